@@ -1,0 +1,510 @@
+"""How an op is defined: one class per op, in one place.
+
+A subclass of :class:`OpDef` with a ``name`` registers itself. It declares its operands
+and attributes as data, and implements
+
+* ``infer``: the verifier and the symbolic shape rule in one (raise through ``ctx.fail``
+  with a message naming the operand and what was expected; return the result types);
+* ``reference``: numpy semantics, the oracle for every backend;
+* optionally ``facts``: the shape equalities its semantics imply (for the shape-constraint
+  analysis), and ``canonicalize``: local rewrites used by the canonicalizer.
+
+Nothing else in disc-core switches on op names to learn these; the printer, parser,
+interpreter and passes all go through this interface, so a new op is one class.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from .dtypes import DType, dtype_of
+from .ir import Op, TensorType, Value
+from .symbolic import Expr, ExprLike, as_expr
+
+if TYPE_CHECKING:
+    from .shape_facts import Fact
+
+
+class VerifyError(ValueError):
+    """An op or graph is malformed. The message names the op, the operand and the rule."""
+
+
+class InterpretError(RuntimeError):
+    """Running a graph on concrete inputs failed (inconsistent shapes, bad index values)."""
+
+
+# -- attributes -----------------------------------------------------------------------
+
+REQUIRED = object()
+
+
+class AttrKind:
+    """How one kind of attribute is normalized, compared and printed."""
+
+    name = "any"
+
+    def normalize(self, value: Any) -> Any:
+        return value
+
+    def format(self, value: Any) -> str:
+        raise NotImplementedError
+
+
+class _Int(AttrKind):
+    name = "int"
+
+    def normalize(self, value: Any) -> int:
+        if isinstance(value, Expr) and value.is_const:
+            value = value.value
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"expected an integer, got {value!r}")
+        return int(value)
+
+    def format(self, value: int) -> str:
+        return str(value)
+
+
+class _Bool(AttrKind):
+    name = "bool"
+
+    def normalize(self, value: Any) -> bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"expected true or false, got {value!r}")
+        return bool(value)
+
+    def format(self, value: bool) -> str:
+        return "true" if value else "false"
+
+
+class _Float(AttrKind):
+    name = "float"
+
+    def normalize(self, value: Any) -> float:
+        if isinstance(value, Expr) and value.is_const:
+            value = value.value
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
+
+    def format(self, value: float) -> str:
+        return _format_float(value)
+
+
+class _Str(AttrKind):
+    name = "str"
+
+    def normalize(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"expected a string, got {value!r}")
+        return value
+
+    def format(self, value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class _DType(AttrKind):
+    name = "dtype"
+
+    def normalize(self, value: Any) -> DType:
+        return dtype_of(value)
+
+    def format(self, value: DType) -> str:
+        return f'"{value.short}"'
+
+
+class _Ints(AttrKind):
+    name = "ints"
+
+    def normalize(self, value: Any) -> tuple[int, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list of integers, got {value!r}")
+        return tuple(INT.normalize(v) for v in value)
+
+    def format(self, value: tuple[int, ...]) -> str:
+        return "[" + ", ".join(str(v) for v in value) + "]"
+
+
+class _Dim(AttrKind):
+    name = "dim"
+
+    def normalize(self, value: Any) -> Expr:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"expected a dimension, got {value!r}")
+        return as_expr(value)
+
+    def format(self, value: Expr) -> str:
+        return str(value)
+
+
+class _Dims(AttrKind):
+    name = "dims"
+
+    def normalize(self, value: Any) -> tuple[Expr, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list of dimensions, got {value!r}")
+        return tuple(DIM.normalize(v) for v in value)
+
+    def format(self, value: tuple[Expr, ...]) -> str:
+        return "[" + ", ".join(str(v) for v in value) + "]"
+
+
+class _IntPairs(AttrKind):
+    name = "int_pairs"
+
+    def normalize(self, value: Any) -> tuple[tuple[int, int], ...]:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list of [low, high] pairs, got {value!r}")
+        out = []
+        for v in value:
+            if not isinstance(v, (list, tuple)) or len(v) != 2:
+                raise TypeError(f"expected a [low, high] pair, got {v!r}")
+            out.append((INT.normalize(v[0]), INT.normalize(v[1])))
+        return tuple(out)
+
+    def format(self, value: tuple[tuple[int, int], ...]) -> str:
+        return "[" + ", ".join(f"[{a}, {b}]" for a, b in value) + "]"
+
+
+class DenseArray:
+    """An immutable, hashable wrapper of a constant's numpy value."""
+
+    __slots__ = ("array", "_hash")
+
+    def __init__(self, array: np.ndarray):
+        arr = np.array(array, copy=True)
+        arr.setflags(write=False)
+        self.array = arr
+        self._hash = hash((arr.dtype.name, arr.shape, arr.tobytes()))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, DenseArray) and self.array.dtype == other.array.dtype
+                and self.array.shape == other.array.shape
+                and self.array.tobytes() == other.array.tobytes())
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+class _Array(AttrKind):
+    name = "array"
+    INLINE_LIMIT = 16
+
+    def normalize(self, value: Any) -> DenseArray:
+        if isinstance(value, DenseArray):
+            return value
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"expected a numpy array, got {type(value).__name__}")
+        dtype_of(value.dtype)  # reject dtypes the IR has no name for
+        return DenseArray(value)
+
+    def format(self, value: DenseArray) -> str:
+        arr = value.array
+        dt = dtype_of(arr.dtype)
+        shape = "[" + ", ".join(str(d) for d in arr.shape) + "]"
+        if arr.size <= self.INLINE_LIMIT:
+            flat = arr.reshape(-1)
+            if dt.is_bool:
+                items = ["true" if x else "false" for x in flat]
+            elif dt.is_float:
+                items = [_format_float(x) for x in flat]
+            else:
+                items = [str(int(x)) for x in flat]
+            body = "[" + ", ".join(items) + "]"
+        else:
+            body = '"' + base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode() + '"'
+        return f"dense<{dt.short}, {shape}, {body}>"
+
+
+def _format_float(x: float | np.floating) -> str:
+    """Shortest text that reads back to the same value in the value's own precision."""
+    f = float(x)
+    if f != f:
+        return "nan"
+    if f in (float("inf"), float("-inf")):
+        return "inf" if f > 0 else "-inf"
+    text = str(x) if isinstance(x, np.generic) else repr(f)
+    if not any(c in text for c in ".en"):
+        text += ".0"
+    return text
+
+
+INT, BOOL, FLOAT, STR, DTYPE = _Int(), _Bool(), _Float(), _Str(), _DType()
+INTS, DIM, DIMS, INT_PAIRS, ARRAY = _Ints(), _Dim(), _Dims(), _IntPairs(), _Array()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Declaration of one attribute of an op."""
+
+    kind: AttrKind
+    default: Any = REQUIRED
+    choices: tuple[Any, ...] | None = None
+    doc: str = ""
+
+
+# -- verification context -------------------------------------------------------------
+
+class Ctx:
+    """Helpers for ``infer``: every failure names the op and the operand."""
+
+    def __init__(self, opdef: type[OpDef], types: Sequence[TensorType]):
+        self.opdef = opdef
+        self.types = list(types)
+
+    def fail(self, msg: str) -> None:
+        raise VerifyError(f"{self.opdef.name}: {msg}")
+
+    def operand_name(self, i: int) -> str:
+        names = self.opdef.operands
+        if i < len(names) and not names[i].startswith("*"):
+            label = names[i]
+        elif names and names[-1].startswith("*"):
+            label = f"{names[-1][1:]}[{i - len(names) + 1}]"
+        else:
+            label = "?"
+        return f"operand #{i} '{label}'"
+
+    def dtype_in(self, i: int, allowed: Iterable[DType], what: str = "") -> None:
+        allowed = tuple(allowed)
+        if self.types[i].dtype not in allowed:
+            names = ", ".join(d.short for d in allowed)
+            self.fail(f"{self.operand_name(i)} has dtype {self.types[i].dtype.short}, expected "
+                      f"{what or 'one of'} {names}")
+
+    def same_dtype(self, i: int, j: int) -> None:
+        if self.types[i].dtype != self.types[j].dtype:
+            self.fail(f"{self.operand_name(j)} has dtype {self.types[j].dtype.short}, expected "
+                      f"{self.types[i].dtype.short} (the dtype of {self.operand_name(i)})")
+
+    def rank(self, i: int, rank: int) -> None:
+        if self.types[i].rank != rank:
+            self.fail(f"{self.operand_name(i)} has rank {self.types[i].rank} "
+                      f"({self.types[i]}), expected rank {rank}")
+
+    def axis(self, axis: int, rank: int, attr: str = "axis") -> None:
+        if not 0 <= axis < rank:
+            self.fail(f"attribute {attr}={axis} is out of range for rank {rank} "
+                      f"(expected 0 <= {attr} < {rank})")
+
+    def axes(self, axes: Sequence[int], rank: int, attr: str) -> None:
+        for a in axes:
+            self.axis(a, rank, attr)
+        if len(set(axes)) != len(axes):
+            self.fail(f"attribute {attr}={list(axes)} repeats an axis")
+
+    def permutation(self, perm: Sequence[int], rank: int, attr: str = "permutation") -> None:
+        if sorted(perm) != list(range(rank)):
+            self.fail(f"attribute {attr}={list(perm)} is not a permutation of "
+                      f"{list(range(rank))}")
+
+    def unify(self, a: Expr, b: Expr, where: str) -> Expr:
+        """The dim two dims that must be equal share; fail only if provably different."""
+        u = unify_dims(a, b)
+        if u is None:
+            self.fail(f"{where}: dimension {a} does not match {b}")
+        return u  # type: ignore[return-value]
+
+    def same_shape(self, indices: Sequence[int]) -> tuple[Expr, ...]:
+        first = indices[0]
+        shape = list(self.types[first].shape)
+        for j in indices[1:]:
+            t = self.types[j]
+            if t.rank != len(shape):
+                self.fail(f"{self.operand_name(j)} has shape {t}, expected rank {len(shape)} "
+                          f"like {self.operand_name(first)} ({self.types[first]})")
+            for k, d in enumerate(t.shape):
+                u = unify_dims(shape[k], d)
+                if u is None:
+                    self.fail(f"{self.operand_name(j)} has shape {t}, expected dim {k} to be "
+                              f"{shape[k]} like {self.operand_name(first)} "
+                              f"({self.types[first]})")
+                shape[k] = u  # type: ignore[assignment]
+        return tuple(shape)
+
+
+def unify_dims(a: Expr, b: Expr) -> Expr | None:
+    """The representative of two dims asserted equal, or None if they provably differ.
+
+    Static beats symbolic (more information); otherwise the first wins and the equality is
+    left to the shape-constraint analysis and to run-time checks.
+    """
+    if a == b:
+        return a
+    if a.is_const and b.is_const:
+        return None
+    if (a - b).is_const:  # S and S + 1 can never be equal
+        return None
+    return a if a.is_const or not b.is_const else b
+
+
+# -- evaluation environment -----------------------------------------------------------
+
+class Env:
+    """Concrete values of dimension symbols while a graph runs."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Mapping[str, int] | None = None):
+        self.values: dict[str, int] = dict(values or {})
+
+    def eval(self, e: ExprLike) -> int:
+        return as_expr(e).evaluate(self.values)
+
+    def shape(self, dims: Iterable[ExprLike]) -> tuple[int, ...]:
+        return tuple(self.eval(d) for d in dims)
+
+
+class Rewriter:
+    """Creates ops in front of the op being rewritten (used by ``canonicalize``)."""
+
+    def __init__(self) -> None:
+        self.created: list[Op] = []
+
+    def op(self, name: str, *operands: Value, **attrs: Any) -> Value:
+        new = get_op(name).build(list(operands), attrs)
+        self.created.append(new)
+        return new.results[0]
+
+
+# -- the op definition base class ------------------------------------------------------
+
+_REGISTRY: dict[str, type[OpDef]] = {}
+
+
+class OpDef:
+    """Base of every op definition. See the module docstring."""
+
+    name: ClassVar[str]
+    operands: ClassVar[tuple[str, ...]] = ()  # a last name starting with '*' is variadic
+    min_variadic: ClassVar[int] = 0
+    attrs: ClassVar[Mapping[str, Attr]] = {}
+    traits: ClassVar[frozenset[str]] = frozenset()
+    summary: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+                raise ValueError(f"op {cls.name!r} is defined twice: {_REGISTRY[cls.name]} "
+                                 f"and {cls}")
+            _REGISTRY[cls.name] = cls
+
+    # The interface every op implements -----------------------------------------------
+    @classmethod
+    def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
+        raise NotImplementedError(f"{cls.name} has no shape rule")
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any],
+                  env: Env) -> list[np.ndarray]:
+        raise NotImplementedError(f"{cls.name} has no reference semantics")
+
+    @classmethod
+    def facts(cls, op: Op) -> Iterable[Fact]:
+        """Shape facts implied by this op beyond 'result dims are what infer said'."""
+        return ()
+
+    @classmethod
+    def canonicalize(cls, op: Op, rw: Rewriter) -> Value | None:
+        """Return a value that can replace the op's single result, or None.
+
+        New ops needed by the rewrite are created with ``rw.op(...)``, which inserts them
+        before ``op``. The replacement must have exactly the op's result type.
+        """
+        return None
+
+    # Generic machinery ---------------------------------------------------------------
+    @classmethod
+    def has_trait(cls, trait: str) -> bool:
+        return trait in cls.traits
+
+    @classmethod
+    def normalize_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(attrs) - set(cls.attrs)
+        if unknown:
+            raise VerifyError(f"{cls.name}: unknown attribute(s) {sorted(unknown)}; expected "
+                              f"{sorted(cls.attrs) or 'none'}")
+        out: dict[str, Any] = {}
+        for key, spec in cls.attrs.items():
+            if key in attrs:
+                try:
+                    val = spec.kind.normalize(attrs[key])
+                except (TypeError, ValueError) as exc:
+                    raise VerifyError(f"{cls.name}: attribute {key}: {exc}") from None
+            elif spec.default is REQUIRED:
+                raise VerifyError(f"{cls.name}: missing required attribute {key!r} "
+                                  f"({spec.kind.name})")
+            else:
+                val = spec.kind.normalize(spec.default) if spec.default is not None else None
+            if spec.choices is not None and val not in spec.choices:
+                raise VerifyError(f"{cls.name}: attribute {key}={val!r} is not one of "
+                                  f"{list(spec.choices)}")
+            out[key] = val
+        return out
+
+    @classmethod
+    def check_arity(cls, n: int) -> None:
+        names = cls.operands
+        if names and names[-1].startswith("*"):
+            fixed = len(names) - 1
+            if n < fixed + cls.min_variadic:
+                raise VerifyError(f"{cls.name}: expected at least {fixed + cls.min_variadic} "
+                                  f"operands ({', '.join(names)}), got {n}")
+        elif n != len(names):
+            raise VerifyError(f"{cls.name}: expected {len(names)} operand(s) "
+                              f"({', '.join(names) or 'none'}), got {n}")
+
+    @classmethod
+    def result_types(cls, types: Sequence[TensorType], attrs: Mapping[str, Any]
+                     ) -> list[TensorType]:
+        """Verify and infer; ``attrs`` must already be normalized."""
+        cls.check_arity(len(types))
+        return list(cls.infer(Ctx(cls, types), attrs))
+
+    @classmethod
+    def build(cls, operands: Sequence[Value], attrs: Mapping[str, Any] | None = None) -> Op:
+        for i, v in enumerate(operands):
+            if not isinstance(v, Value):
+                raise VerifyError(f"{cls.name}: operand #{i} is a {type(v).__name__}, "
+                                  f"expected a Value (use a constant op for literals)")
+        norm = cls.normalize_attrs(attrs or {})
+        types = cls.result_types([v.type for v in operands], norm)
+        return Op(cls, operands, norm, types)
+
+    @classmethod
+    def run(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+            ) -> list[np.ndarray]:
+        out = cls.reference(inputs, attrs, env)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _load_all_ops() -> None:
+    """Import every module of disc_core.ops: op classes register themselves on import."""
+    from . import ops
+
+    for mod in pkgutil.iter_modules(ops.__path__):
+        importlib.import_module(f"{ops.__name__}.{mod.name}")
+
+
+def registry() -> Mapping[str, type[OpDef]]:
+    _load_all_ops()
+    return dict(_REGISTRY)
+
+
+def get_op(name: str) -> type[OpDef]:
+    if name not in _REGISTRY:
+        _load_all_ops()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise VerifyError(f"unknown op {name!r}{hint}") from None

@@ -1,0 +1,339 @@
+"""Elementwise ops: unary math, binary arithmetic and logic, compare, select, clamp, convert.
+
+Operands of an elementwise op have identical shapes (no implicit broadcasting, as in
+StableHLO: bridges insert ``broadcast_in_dim``), so the shape rule is "unify operand dims"
+and each op contributes dim equalities to the shape-constraint analysis.
+
+Unary and binary ops are rows of a table: name, accepted dtypes, numpy semantics. Half
+types compute in float32 and round once (see ``DType.compute_np``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, DType
+from ..ir import Op, TensorType, Value
+from ..opdef import DTYPE, STR, Attr, Ctx, Env, InterpretError, OpDef, Rewriter
+from ..shape_facts import Eq, Fact
+
+SIGNED_INTS = (DType.I8, DType.I16, DType.I32, DType.I64)
+LOGICAL_DTYPES = (DType.BOOL,) + INT_DTYPES
+
+
+def _same_shape_facts(op: Op, operand_indices: Iterable[int] | None = None) -> Iterable[Fact]:
+    idx = range(len(op.operands)) if operand_indices is None else operand_indices
+    out = op.results[0].shape
+    for i in idx:
+        v = op.operands[i]
+        if v.rank == len(out):
+            for a, b in zip(v.shape, out):
+                if a != b:
+                    yield Eq(a, b)
+
+
+def _check_same_shapes(name: str, arrays: list[np.ndarray]) -> None:
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise InterpretError(f"{name}: operand shapes {[a.shape for a in arrays]} differ; "
+                             f"elementwise operands must have identical shapes")
+
+
+def _to_compute(x: np.ndarray, dtype: DType) -> np.ndarray:
+    return x.astype(dtype.compute_np, copy=False)
+
+
+class Elementwise(OpDef):
+    """Shared behaviour of elementwise ops with a table-driven numpy function."""
+
+    traits = frozenset({"elementwise", "pure"})
+    dtypes: tuple[DType, ...] = ALL_DTYPES
+    fn: Callable[..., np.ndarray]
+    result_dtype: DType | None = None  # None: same as the operands
+
+    @classmethod
+    def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
+        for i in range(len(ctx.types)):
+            ctx.dtype_in(i, cls.dtypes)
+            if i:
+                ctx.same_dtype(0, i)
+        shape = ctx.same_shape(list(range(len(ctx.types))))
+        return [TensorType(cls.result_dtype or ctx.types[0].dtype, shape)]
+
+    @classmethod
+    def facts(cls, op: Op) -> Iterable[Fact]:
+        return _same_shape_facts(op)
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+                  ) -> np.ndarray:
+        _check_same_shapes(cls.name, inputs)
+        dt = DType(_dtype_short(inputs[0]))
+        with np.errstate(all="ignore"):
+            out = cls.fn(*[_to_compute(x, dt) for x in inputs])
+        return np.asarray(out).astype((cls.result_dtype or dt).np, copy=False)
+
+
+def _dtype_short(x: np.ndarray) -> str:
+    from ..dtypes import dtype_of
+
+    return dtype_of(x.dtype).value
+
+
+# -- unary ------------------------------------------------------------------------------
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf_fn(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_erf(x.astype(np.float64)), dtype=np.float64)
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    t = np.trunc(x)
+    frac = x - t  # exact in floating point
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def _not(x: np.ndarray) -> np.ndarray:
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) if x.dtype != np.uint8 else (x > 0).astype(np.uint8)
+
+
+_UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[DType, ...], str]] = {
+    "neg": (np.negative, NUMERIC_DTYPES, "-x (integers wrap)"),
+    "abs": (np.abs, NUMERIC_DTYPES, "|x| (abs of the most negative integer wraps)"),
+    "sign": (_sign, NUMERIC_DTYPES, "-1, 0 or 1; NaN stays NaN"),
+    "exp": (np.exp, FLOAT_DTYPES, "e**x"),
+    "expm1": (np.expm1, FLOAT_DTYPES, "e**x - 1, accurate near 0"),
+    "log": (np.log, FLOAT_DTYPES, "natural log"),
+    "log1p": (np.log1p, FLOAT_DTYPES, "log(1 + x), accurate near 0"),
+    "sqrt": (np.sqrt, FLOAT_DTYPES, "square root"),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), FLOAT_DTYPES, "1 / sqrt(x)"),
+    "tanh": (np.tanh, FLOAT_DTYPES, "hyperbolic tangent"),
+    "logistic": (_logistic, FLOAT_DTYPES, "1 / (1 + e**-x), the sigmoid"),
+    "erf": (_erf_fn, FLOAT_DTYPES, "the error function"),
+    "sin": (np.sin, FLOAT_DTYPES, "sine"),
+    "cos": (np.cos, FLOAT_DTYPES, "cosine"),
+    "tan": (np.tan, FLOAT_DTYPES, "tangent"),
+    "floor": (np.floor, FLOAT_DTYPES, "round toward -inf"),
+    "ceil": (np.ceil, FLOAT_DTYPES, "round toward +inf"),
+    "round": (_round_half_away, FLOAT_DTYPES, "round half away from zero (HLO round)"),
+    "round_even": (np.rint, FLOAT_DTYPES, "round half to even (torch.round, tf.round)"),
+    "not": (_not, LOGICAL_DTYPES, "logical not of bool, bitwise not of integers"),
+}
+
+for _name, (_fn, _dtypes, _doc) in _UNARY.items():
+    type(f"Unary_{_name}", (Elementwise,), {
+        "name": _name, "operands": ("x",), "dtypes": _dtypes, "fn": staticmethod(_fn),
+        "summary": _doc, "__doc__": _doc,
+    })
+
+
+class IsFinite(Elementwise):
+    """True where x is neither infinite nor NaN."""
+
+    name = "is_finite"
+    operands = ("x",)
+    dtypes = FLOAT_DTYPES
+    result_dtype = DType.BOOL
+    fn = staticmethod(np.isfinite)
+
+
+# -- binary -----------------------------------------------------------------------------
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C-style division truncating toward zero; x / 0 is defined as 0 (XLA leaves it open)."""
+    safe = np.where(b == 0, 1, b).astype(a.dtype)
+    q = a // safe
+    if np.issubdtype(a.dtype, np.signedinteger):
+        q = q + (((a % safe) != 0) & ((a < 0) != (safe < 0))).astype(a.dtype)
+    return np.where(b == 0, 0, q).astype(a.dtype)
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b)
+
+
+def _rem(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Remainder with the sign of the dividend (C fmod); integer x rem 0 is x (as in XLA)."""
+    if a.dtype.kind == "f":
+        return np.fmod(a, b)
+    return (a - _int_div(a, b) * b).astype(a.dtype)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return np.power(a, b)
+    neg = b < 0
+    out = np.power(a, np.where(neg, 0, b))
+    if a.dtype.kind == "i":
+        # integer x**-n: 1 for x == 1, +-1 for x == -1, else 0 (HLO semantics)
+        odd = (b % 2) != 0
+        neg_val = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+        out = np.where(neg, neg_val, out)
+    return out.astype(a.dtype)
+
+
+def _logical(fn_bool: Callable, fn_int: Callable) -> Callable[..., np.ndarray]:
+    def f(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return fn_bool(a, b) if a.dtype == np.bool_ else fn_int(a, b)
+
+    return f
+
+
+_BINARY: dict[str, tuple[Callable[..., np.ndarray], tuple[DType, ...], str]] = {
+    "add": (np.add, NUMERIC_DTYPES, "a + b (integers wrap)"),
+    "sub": (np.subtract, NUMERIC_DTYPES, "a - b"),
+    "mul": (np.multiply, NUMERIC_DTYPES, "a * b"),
+    "div": (_div, NUMERIC_DTYPES, "a / b; integers truncate toward zero, x / 0 = 0"),
+    "rem": (_rem, NUMERIC_DTYPES, "remainder with the sign of a (C fmod); int x rem 0 = x"),
+    "pow": (_pow, NUMERIC_DTYPES, "a ** b"),
+    "max": (np.maximum, ALL_DTYPES, "elementwise maximum, NaN propagates"),
+    "min": (np.minimum, ALL_DTYPES, "elementwise minimum, NaN propagates"),
+    "atan2": (np.arctan2, FLOAT_DTYPES, "atan2(a, b)"),
+    "and": (_logical(np.logical_and, np.bitwise_and), LOGICAL_DTYPES, "logical/bitwise and"),
+    "or": (_logical(np.logical_or, np.bitwise_or), LOGICAL_DTYPES, "logical/bitwise or"),
+    "xor": (_logical(np.logical_xor, np.bitwise_xor), LOGICAL_DTYPES, "logical/bitwise xor"),
+}
+
+_COMMUTATIVE = {"add", "mul", "max", "min", "and", "or", "xor"}
+
+for _name, (_fn, _dtypes, _doc) in _BINARY.items():
+    type(f"Binary_{_name}", (Elementwise,), {
+        "name": _name, "operands": ("lhs", "rhs"), "dtypes": _dtypes, "fn": staticmethod(_fn),
+        "summary": _doc, "__doc__": _doc,
+        "traits": Elementwise.traits | ({"commutative"} if _name in _COMMUTATIVE else set()),
+    })
+
+
+_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+            "gt": np.greater, "ge": np.greater_equal}
+
+
+class Compare(Elementwise):
+    """Elementwise comparison with IEEE semantics (NaN compares unequal)."""
+
+    name = "compare"
+    operands = ("lhs", "rhs")
+    attrs = {"direction": Attr(STR, choices=tuple(_COMPARE))}
+    result_dtype = DType.BOOL
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+                  ) -> np.ndarray:
+        _check_same_shapes(cls.name, inputs)
+        dt = DType(_dtype_short(inputs[0]))
+        a, b = (_to_compute(x, dt) for x in inputs)
+        with np.errstate(all="ignore"):
+            return _COMPARE[attrs["direction"]](a, b)
+
+
+class Select(OpDef):
+    """pred ? on_true : on_false; pred is bool, of the same shape or a scalar."""
+
+    name = "select"
+    operands = ("pred", "on_true", "on_false")
+    traits = frozenset({"elementwise", "pure"})
+
+    @classmethod
+    def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
+        ctx.dtype_in(0, (DType.BOOL,))
+        ctx.same_dtype(1, 2)
+        shape = ctx.same_shape([1, 2])
+        if ctx.types[0].rank:
+            shape = ctx.same_shape([1, 2, 0])
+        return [TensorType(ctx.types[1].dtype, shape)]
+
+    @classmethod
+    def facts(cls, op: Op) -> Iterable[Fact]:
+        return _same_shape_facts(op, [1, 2] + ([0] if op.operands[0].rank else []))
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+                  ) -> np.ndarray:
+        pred, a, b = inputs
+        _check_same_shapes(cls.name, [a, b] + ([pred] if pred.ndim else []))
+        return np.where(pred, a, b).astype(a.dtype, copy=False)
+
+
+class Clamp(OpDef):
+    """min(max(x, lo), hi); lo and hi have x's shape or are scalars."""
+
+    name = "clamp"
+    operands = ("lo", "x", "hi")
+    traits = frozenset({"elementwise", "pure"})
+
+    @classmethod
+    def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
+        ctx.dtype_in(1, NUMERIC_DTYPES)
+        ctx.same_dtype(1, 0)
+        ctx.same_dtype(1, 2)
+        idx = [1] + [i for i in (0, 2) if ctx.types[i].rank]
+        return [TensorType(ctx.types[1].dtype, ctx.same_shape(idx))]
+
+    @classmethod
+    def facts(cls, op: Op) -> Iterable[Fact]:
+        return _same_shape_facts(op, [1] + [i for i in (0, 2) if op.operands[i].rank])
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+                  ) -> np.ndarray:
+        lo, x, hi = inputs
+        _check_same_shapes(cls.name, [x] + [a for a in (lo, hi) if a.ndim])
+        dt = DType(_dtype_short(x))
+        with np.errstate(all="ignore"):
+            out = np.minimum(np.maximum(_to_compute(x, dt), _to_compute(lo, dt)),
+                             _to_compute(hi, dt))
+        return out.astype(x.dtype, copy=False)
+
+
+class Convert(OpDef):
+    """Change the element type. Float to int truncates toward zero (out of range and NaN
+    are undefined); anything to bool is ``x != 0``; to a half type rounds to nearest even."""
+
+    name = "convert"
+    operands = ("x",)
+    attrs = {"dtype": Attr(DTYPE)}
+    traits = frozenset({"elementwise", "pure"})
+
+    @classmethod
+    def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
+        return [ctx.types[0].with_dtype(attrs["dtype"])]
+
+    @classmethod
+    def facts(cls, op: Op) -> Iterable[Fact]:
+        return _same_shape_facts(op)
+
+    @classmethod
+    def canonicalize(cls, op: Op, rw: Rewriter) -> Value | None:
+        return op.operands[0] if op.operands[0].dtype == attrs_dtype(op) else None
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+                  ) -> np.ndarray:
+        x = inputs[0]
+        to: DType = attrs["dtype"]
+        if to is DType.BOOL:
+            return x != 0
+        with np.errstate(all="ignore"):
+            if to.is_int and x.dtype.kind == "f":
+                x = np.trunc(x.astype(np.float64))
+                x = np.where(np.isfinite(x), x, 0)
+            return x.astype(to.np)
+
+
+def attrs_dtype(op: Op) -> DType:
+    return op.attrs["dtype"]

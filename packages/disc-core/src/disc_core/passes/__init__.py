@@ -1,0 +1,11 @@
+"""Graph-to-graph passes and the pass manager that runs them."""
+
+from .canonicalize import Canonicalize
+from .cse import CSE
+from .dce import DCE
+from .fold import ConstantFold
+from .manager import Pass, PassManager, default_pipeline
+from .propagate import ShapePropagation
+
+__all__ = ["CSE", "DCE", "Canonicalize", "ConstantFold", "Pass", "PassManager",
+           "ShapePropagation", "default_pipeline"]

@@ -1,0 +1,136 @@
+"""Compiling through disc-runtime: one compile per rank/dtype signature, the disk cache,
+tampered entries, artifacts run by ``disc-run`` with no framework, and graph verification."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from disc_core import Compiler, GraphBuilder, VerifyError, jit
+from disc_core.compiler import signature_of
+from disc_runtime import CacheCorruptionWarning, CompileCache, InputError
+
+
+def softmax_graph():
+    b = GraphBuilder("softmax")
+    B, S = b.symbol("B"), b.symbol("S")
+    x = b.input("x", "f32", [B, S])
+    m = b.broadcast_in_dim(b.reduce(x, kind="max", axes=[1]), shape=[B, S],
+                           broadcast_dimensions=[0])
+    e = b.exp(b.sub(x, m))
+    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=[1]), shape=[B, S],
+                           broadcast_dimensions=[0])
+    return b.build(b.div(e, s))
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_five_shapes_one_compile_one_entry(tmp_path) -> None:
+    cache = CompileCache(tmp_path)
+    fn = jit(softmax_graph(), cache=cache)
+    rng = np.random.default_rng(0)
+    for shape in [(1, 1), (2, 7), (5, 33), (0, 4), (3, 1000)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (y,) = fn(x)
+        np.testing.assert_allclose(y, np_softmax(x), rtol=1e-6, atol=1e-7)
+    assert fn.stats.compiles == 1
+    assert fn.stats.memory_hits == 4
+    assert cache.info()["entries"] == 1
+
+
+def test_other_dtype_or_rank_is_a_clear_error(tmp_path) -> None:
+    fn = jit(softmax_graph(), cache=CompileCache(tmp_path))
+    with pytest.raises(InputError, match="expected dtype float32, got float64"):
+        fn(np.zeros((2, 3)))
+    with pytest.raises(InputError, match="expected rank 2"):
+        fn(np.zeros(3, np.float32))
+
+
+def test_second_compiler_hits_disk_and_tampered_entry_is_rebuilt(tmp_path) -> None:
+    g = softmax_graph()
+    x = np.ones((2, 3), np.float32)
+    c1 = Compiler(CompileCache(tmp_path))
+    c1.compile(g).run([x])
+    c2 = Compiler(CompileCache(tmp_path))
+    c2.compile(g).run([x])
+    assert (c2.stats.compiles, c2.stats.disk_hits) == (0, 1)
+
+    entry = next(p for p in Path(tmp_path).rglob("graph.disc"))
+    entry.write_text(entry.read_text().replace("exp(", "neg("))
+    c3 = Compiler(CompileCache(tmp_path))
+    with pytest.warns(CacheCorruptionWarning):
+        exe = c3.compile(g)
+    assert c3.stats.compiles == 1 and c3.cache.stats.rebuilt_corrupt == 1
+    np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6)
+
+
+def test_optimized_artifact_keeps_numerics(tmp_path) -> None:
+    b = GraphBuilder("opt")
+    x = b.input("x", "f32", ["N"])
+    one = b.broadcast_in_dim(b.constant(np.float32(1)), shape=["N"], broadcast_dimensions=[])
+    g = b.build(b.mul(b.neg(b.neg(x)), one))
+    exe = Compiler(CompileCache(tmp_path)).compile(g)
+    assert "neg" not in exe.artifact.read_text("graph.disc")
+    np.testing.assert_array_equal(exe.run([np.arange(5, dtype=np.float32)])[0], np.arange(5))
+
+
+def test_signature_carries_symbols_and_expressions() -> None:
+    b = GraphBuilder("sig")
+    s = b.symbol("S")
+    g = b.build(b.reshape(b.input("x", "f32", [s, 4]), shape=[4 * s]))
+    sig = signature_of(g)
+    assert sig.inputs[0].dims == ("S", 4)
+    assert sig.outputs[0].dims == ("4*S",)
+
+
+def test_unbound_symbol_in_attributes_is_rejected() -> None:
+    b = GraphBuilder("bad")
+    x = b.input("x", "f32", [3])
+    with pytest.raises(VerifyError, match=r"symbol\(s\) \['T'\] that no input binds"):
+        b.build(b.broadcast_in_dim(x, shape=["T", 3], broadcast_dimensions=[1]))
+
+
+def test_disc_run_executes_a_compiled_artifact_standalone(tmp_path) -> None:
+    """The CLI runs a core-compiled artifact in a process that imports no framework."""
+    exe = Compiler(CompileCache(tmp_path / "cache")).compile(softmax_graph())
+    x = np.random.default_rng(1).standard_normal((4, 9)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = ("import sys, runpy; sys.argv = ['disc-run'] + sys.argv[1:]; "
+            "from disc_runtime.cli import main; rc = main(sys.argv[1:]); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'tensorflow', 'paddle', 'jax')]; "
+            "assert not bad, bad; sys.exit(rc)")
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", code, str(exe.artifact.directory), "--inputs",
+                        str(tmp_path / "x.npy"), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "out" / "output_0.npy")
+    np.testing.assert_allclose(got, np_softmax(x), rtol=1e-6)
+    manifest = json.loads((exe.artifact.directory / "manifest.json").read_text())
+    assert manifest["engine"] == "reference"
+
+
+def test_compile_is_thread_safe(tmp_path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    fn = jit(softmax_graph(), cache=CompileCache(tmp_path))
+    xs = [np.random.default_rng(i).standard_normal((i + 1, 5)).astype(np.float32)
+          for i in range(16)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with ThreadPoolExecutor(8) as pool:
+            outs = list(pool.map(lambda x: fn(x)[0], xs))
+    for x, y in zip(xs, outs):
+        np.testing.assert_allclose(y, np_softmax(x), rtol=1e-6)
+    assert fn.stats.compiles == 1

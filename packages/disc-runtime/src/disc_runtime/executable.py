@@ -1,0 +1,234 @@
+"""The executable protocol every framework bridge uses to run a compiled graph.
+
+:class:`Executable` pairs a loaded :class:`~disc_runtime.artifact.Artifact` with the ``run``
+function its engine produced and puts the user-facing guarantees in ONE place, so that each
+bridge (torch, TF, paddle, ``disc-run``) gets identical behaviour:
+
+* inputs are converted with :func:`~disc_runtime.arrays.as_numpy` - zero copy;
+* they are validated against the signature before the engine sees them, with messages that
+  name the input (engines can assume validated inputs);
+* the engine's outputs are checked (count always; dtype, rank and dims by default), so an
+  engine bug surfaces here rather than as a confusing error deep inside a framework.
+
+Executables hold no per-call mutable state (only locked counters), so one instance may be
+called from many threads concurrently, provided the engine's ``run`` is thread-safe (the
+engine protocol requires it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .arrays import as_numpy
+from .artifact import Artifact
+from .engines import RunFn, get_engine
+from .errors import DiscRuntimeError, EngineError, InputError
+from .signature import Signature
+
+__all__ = ["AllocateOutput", "Executable", "ExecutableStats"]
+
+#: ``allocate_output(index, shape, dtype_name) -> array``: supplies the buffer for output
+#: ``index``; the returned object may be any array :func:`as_numpy` can view (e.g. a torch
+#: tensor), and the engine writes the result into it.
+AllocateOutput = Callable[[int, tuple[int, ...], str], Any]
+
+
+@dataclass
+class ExecutableStats:
+    """Counters of one executable; updated under a lock, read them via :meth:`snapshot`."""
+
+    calls: int = 0  #: run() invocations, including rejected ones
+    input_errors: int = 0  #: calls rejected before the engine ran (bad inputs)
+    engine_errors: int = 0  #: calls where the engine raised or broke the protocol
+    engine_seconds: float = 0.0  #: total wall time spent inside the engine
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "input_errors": self.input_errors,
+                "engine_errors": self.engine_errors,
+                "engine_seconds": self.engine_seconds,
+            }
+
+    def _add(self, **deltas: float) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+
+def _accepts_allocate_output(run_fn: RunFn) -> bool:
+    flag = getattr(run_fn, "accepts_allocate_output", None)
+    if flag is not None:
+        return bool(flag)
+    try:
+        params = inspect.signature(run_fn).parameters
+    except (TypeError, ValueError):  # builtins / C callables without a signature
+        return False
+    param = params.get("allocate_output")
+    return param is not None and param.kind in (
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )
+
+
+class Executable:
+    """A runnable compiled graph: ``exe.run([x, y])`` or ``exe(x, y)`` -> list of arrays.
+
+    ``allocate_output(index, shape, dtype_name) -> array`` is the hook through which bridges
+    will supply framework-allocated output buffers (so results land directly in, say, torch
+    tensors without a copy). It is passed to the engine only if the engine's ``run`` declares
+    a keyword parameter ``allocate_output`` (or sets ``run.accepts_allocate_output = True``);
+    engines that do not support it - today the disc-core reference engine - simply ignore
+    it and return freshly allocated numpy arrays, so bridges must not assume their buffers
+    were used: always take the arrays that :meth:`run` returns. The engine receives a wrapped
+    hook that returns a numpy view of the bridge's buffer and checks its shape and dtype.
+    A per-call ``allocate_output`` overrides the constructor's.
+    """
+
+    def __init__(
+        self,
+        artifact: Artifact,
+        run_fn: RunFn,
+        *,
+        allocate_output: AllocateOutput | None = None,
+        check_outputs: bool = True,
+    ) -> None:
+        if not callable(run_fn):
+            raise TypeError(f"run_fn must be callable, got {run_fn!r}")
+        self._artifact = artifact
+        self._signature = artifact.signature
+        self._run_fn = run_fn
+        self._allocate_output = allocate_output
+        self._check_outputs = check_outputs
+        self._engine_takes_alloc = _accepts_allocate_output(run_fn)
+        self.stats = ExecutableStats()
+
+    @classmethod
+    def load(
+        cls,
+        source: str | os.PathLike[str] | Artifact,
+        *,
+        verify: bool = True,
+        allocate_output: AllocateOutput | None = None,
+        check_outputs: bool = True,
+    ) -> Executable:
+        """Load an artifact (path or :class:`Artifact`), find its engine, build the executable.
+
+        The engine comes from the registry / ``disc_runtime.engines`` entry points
+        (:func:`~disc_runtime.engines.get_engine`); its loader is called with the Artifact.
+        """
+        artifact = source if isinstance(source, Artifact) else Artifact.load(source, verify=verify)
+        loader = get_engine(artifact.engine)
+        run_fn = loader(artifact)
+        if not callable(run_fn):
+            raise EngineError(
+                f"engine {artifact.engine!r} returned {type(run_fn).__name__} from its loader, "
+                "expected a callable run(inputs) -> outputs"
+            )
+        return cls(artifact, run_fn, allocate_output=allocate_output, check_outputs=check_outputs)
+
+    @property
+    def artifact(self) -> Artifact:
+        return self._artifact
+
+    @property
+    def signature(self) -> Signature:
+        return self._signature
+
+    @property
+    def name(self) -> str:
+        return self._artifact.name
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        return self.run(inputs)
+
+    def run(
+        self, inputs: Sequence[Any], *, allocate_output: AllocateOutput | None = None
+    ) -> list[np.ndarray]:
+        """Validate ``inputs`` (zero-copy), run the engine, check and return its outputs."""
+        self.stats._add(calls=1)
+        try:
+            arrays = self._prepare(inputs)
+            bindings = self._signature.validate(arrays)
+        except DiscRuntimeError:
+            self.stats._add(input_errors=1)
+            raise
+        hook = allocate_output if allocate_output is not None else self._allocate_output
+        start = time.perf_counter()
+        try:
+            if hook is not None and self._engine_takes_alloc:
+                raw = self._run_fn(arrays, allocate_output=self._wrap_hook(hook))
+            else:
+                raw = self._run_fn(arrays)
+            outputs = self._finish(raw, bindings)
+        except BaseException:
+            self.stats._add(engine_errors=1, engine_seconds=time.perf_counter() - start)
+            raise
+        self.stats._add(engine_seconds=time.perf_counter() - start)
+        return outputs
+
+    def _prepare(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        specs = self._signature.inputs
+        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+            raise InputError(f"inputs must be a sequence of arrays, got {type(inputs).__name__}")
+        if len(inputs) != len(specs):
+            names = ", ".join(s.name for s in specs)
+            raise InputError(f"expected {len(specs)} inputs ({names}), got {len(inputs)}")
+        return [
+            as_numpy(x, what=f"input #{i} {spec.name!r}")
+            for i, (x, spec) in enumerate(zip(inputs, specs, strict=True))
+        ]
+
+    def _finish(self, raw: Any, bindings: dict[str, int]) -> list[np.ndarray]:
+        engine = self._artifact.engine
+        if not isinstance(raw, (list, tuple)):
+            raise EngineError(
+                f"engine {engine!r} returned {type(raw).__name__}, expected a list of arrays"
+            )
+        specs = self._signature.outputs
+        if len(raw) != len(specs):
+            names = ", ".join(s.name for s in specs)
+            raise EngineError(
+                f"engine {engine!r} returned {len(raw)} outputs for {self.name!r}, "
+                f"its signature declares {len(specs)} ({names})"
+            )
+        outputs: list[np.ndarray] = []
+        for i, out in enumerate(raw):
+            try:
+                outputs.append(as_numpy(out, what=f"output #{i}"))
+            except InputError as exc:
+                raise EngineError(f"engine {engine!r}: {exc}") from None
+        if self._check_outputs:
+            try:
+                self._signature.check_outputs(outputs, bindings, error=EngineError)
+            except EngineError as exc:
+                raise EngineError(
+                    f"engine {engine!r} broke the signature of {self.name!r}: {exc}"
+                ) from None
+        return outputs
+
+    def _wrap_hook(self, hook: AllocateOutput) -> Callable[[int, tuple[int, ...], str], np.ndarray]:
+        def allocate(index: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+            shape = tuple(int(d) for d in shape)
+            buf = as_numpy(hook(index, shape, dtype), what=f"allocate_output for output #{index}")
+            if buf.shape != shape or buf.dtype.name != dtype:
+                raise DiscRuntimeError(
+                    f"allocate_output for output #{index} returned {buf.dtype.name} "
+                    f"{buf.shape}, expected {dtype} {shape}"
+                )
+            return buf
+
+        return allocate
+
+    def __repr__(self) -> str:
+        return f"Executable(name={self.name!r}, engine={self._artifact.engine!r})"
