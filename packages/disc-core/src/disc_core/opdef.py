@@ -445,8 +445,10 @@ class OpDef:
             else:
                 val = spec.kind.normalize(spec.default) if spec.default is not None else None
             if spec.choices is not None and val not in spec.choices:
-                raise VerifyError(f"{cls.name}: attribute {key}={val!r} is not one of "
-                                  f"{list(spec.choices)}")
+                allowed = ", ".join(spec.kind.format(spec.kind.normalize(c))
+                                    for c in spec.choices)
+                raise VerifyError(f"{cls.name}: attribute {key}={spec.kind.format(val)} is not "
+                                  f"one of {allowed}")
             out[key] = val
         return out
 

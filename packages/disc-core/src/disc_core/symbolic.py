@@ -337,48 +337,35 @@ def _exact_monomial_quotient(num: Expr, den: Expr) -> Expr | None:
     return Expr(out)
 
 
-def floordiv(a: ExprLike, b: ExprLike) -> Expr:
+def _rounded_div(fn: str, a: ExprLike, b: ExprLike) -> Expr:
+    """floordiv or ceildiv: fold constants, pull out exact multiples, else an opaque atom."""
     num, den = as_expr(a), as_expr(b)
     if den.is_const:
         c = den.value
         if c == 0:
-            raise ZeroDivisionError(f"floordiv({num}, 0)")
+            raise ZeroDivisionError(f"{fn}({num}, 0)")
         if c == 1:
             return num
         if num.is_const:
-            return Expr.const(num.value // c)
+            return Expr.const(num.value // c if fn == "floordiv" else -(-num.value // c))
         if c > 0:
             q, r = _split_by_const(num, c)
             if not r.terms:
                 return q
-            if q.terms:  # floor((c*q + r)/c) = q + floor(r/c); keeps the form unique
-                return q + floordiv(r, den)
+            if q.terms:  # round((c*q + r)/c) = q + round(r/c); keeps the form unique
+                return q + _rounded_div(fn, r, den)
     exact = _exact_monomial_quotient(num, den)
     if exact is not None:
         return exact
-    return Expr.from_atom(Func("floordiv", (num, den)))
+    return Expr.from_atom(Func(fn, (num, den)))
+
+
+def floordiv(a: ExprLike, b: ExprLike) -> Expr:
+    return _rounded_div("floordiv", a, b)
 
 
 def ceildiv(a: ExprLike, b: ExprLike) -> Expr:
-    num, den = as_expr(a), as_expr(b)
-    if den.is_const:
-        c = den.value
-        if c == 0:
-            raise ZeroDivisionError(f"ceildiv({num}, 0)")
-        if c == 1:
-            return num
-        if num.is_const:
-            return Expr.const(-(-num.value // c))
-        if c > 0:
-            q, r = _split_by_const(num, c)
-            if not r.terms:
-                return q
-            if q.terms:
-                return q + ceildiv(r, den)
-    exact = _exact_monomial_quotient(num, den)
-    if exact is not None:
-        return exact
-    return Expr.from_atom(Func("ceildiv", (num, den)))
+    return _rounded_div("ceildiv", a, b)
 
 
 def mod(a: ExprLike, b: ExprLike) -> Expr:

@@ -263,7 +263,7 @@ def test_scatter_add_interpret_errors():
     assert got.shape == (0, 4)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_gather_scatter_hypothesis(data):
     rank = data.draw(st.integers(1, 4))
@@ -316,7 +316,8 @@ def elements_oracle_scatter(x, idx, upd, axis):
     for pos in np.ndindex(*idx.shape):
         tgt = list(pos)
         tgt[axis] = min(max(int(idx[pos]), 0), x.shape[axis] - 1)
-        acc[tuple(tgt)] += upd[pos].astype(acc.dtype)
+        with np.errstate(over="ignore"):  # int64 wraps, like the op
+            acc[tuple(tgt)] += upd[pos].astype(acc.dtype)
     return acc
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from ..dtypes import ALL_DTYPES, NUMERIC_DTYPES, DType, dtype_of
 from ..ir import Op, TensorType, Value
 from ..opdef import DTYPE, INT, INTS, STR, Attr, Ctx, Env, InterpretError, OpDef, Rewriter
+from .linalg import acc_dtype
 
 _KIND_DTYPES: dict[str, tuple[DType, ...]] = {
     "sum": NUMERIC_DTYPES,
@@ -27,17 +28,6 @@ _KIND_DTYPES: dict[str, tuple[DType, ...]] = {
     "and": (DType.BOOL,),
     "or": (DType.BOOL,),
 }
-
-
-def _acc_dtype(dt: DType) -> np.dtype:
-    """The dtype the reference accumulates sums and products of ``dt`` in."""
-    if dt in (DType.F16, DType.BF16):
-        return np.dtype(np.float32)
-    if dt.is_float:
-        return np.dtype(np.float64)
-    if dt.is_int:
-        return np.dtype(np.int64)  # wraps to the operand width when cast back
-    return dt.np
 
 
 def identity(kind: str, dt: DType) -> Any:
@@ -106,7 +96,7 @@ class Reduce(OpDef):
                                  f"shape {x.shape}")
         if kind in ("sum", "prod"):
             fn = np.sum if kind == "sum" else np.prod
-            out = fn(x.astype(_acc_dtype(dt)), axis=axes)
+            out = fn(x.astype(acc_dtype(dt)), axis=axes)
         elif kind in ("max", "min"):
             fn = np.max if kind == "max" else np.min
             out = fn(x.astype(dt.compute_np, copy=False), axis=axes,
