@@ -100,9 +100,10 @@ def test_unbound_symbol_in_attributes_is_rejected() -> None:
         b.build(b.broadcast_in_dim(x, shape=["T", 3], broadcast_dimensions=[1]))
 
 
-def test_disc_run_executes_a_compiled_artifact_standalone(tmp_path) -> None:
+@pytest.mark.parametrize("target", ["native", "reference"])
+def test_disc_run_executes_a_compiled_artifact_standalone(tmp_path, target) -> None:
     """The CLI runs a core-compiled artifact in a process that imports no framework."""
-    exe = Compiler(CompileCache(tmp_path / "cache")).compile(softmax_graph())
+    exe = Compiler(CompileCache(tmp_path / "cache"), target=target).compile(softmax_graph())
     x = np.random.default_rng(1).standard_normal((4, 9)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     code = ("import sys, runpy; sys.argv = ['disc-run'] + sys.argv[1:]; "
@@ -118,7 +119,7 @@ def test_disc_run_executes_a_compiled_artifact_standalone(tmp_path) -> None:
     got = np.load(tmp_path / "out" / "output_0.npy")
     np.testing.assert_allclose(got, np_softmax(x), rtol=1e-6)
     manifest = json.loads((exe.artifact.directory / "manifest.json").read_text())
-    assert manifest["engine"] == "reference"
+    assert manifest["engine"] == target
 
 
 def test_compile_is_thread_safe(tmp_path) -> None:

@@ -33,6 +33,8 @@ from disc_runtime import __version__ as runtime_version
 
 from . import engine
 from .ir import Graph, TensorType
+from .native.build import NATIVE_ENGINE, build_native, native_target
+from .native.fusion import NativeUnsupported
 from .parser import parse_graph
 from .passes import default_pipeline
 
@@ -79,10 +81,14 @@ class CompileStats:
 class Compiler:
     """Optimizes graphs and turns them into cached disc-runtime executables."""
 
-    def __init__(self, cache: CompileCache | None = None, *, target: str = "reference",
+    def __init__(self, cache: CompileCache | None = None, *, target: str = "auto",
                  optimize: bool = True):
+        """``target``: "native" (C codegen), "reference" (the interpreter) or "auto" (native
+        when a C compiler exists, else the interpreter with a one-time warning)."""
         self.cache = cache if cache is not None else default_cache()
-        self.target = target
+        self.target = native_target() if target in ("auto", "native") else target
+        if target == "native" and self.target == "reference":
+            raise RuntimeError("target='native' needs a C compiler; none was found")
         self.optimize = optimize
         self.stats = CompileStats()
         self._executables: dict[str, Executable] = {}
@@ -121,11 +127,23 @@ class Compiler:
         graph = parse_graph(text)  # a private copy: passes mutate
         if self.optimize:
             default_pipeline().run(graph)
+        files = {engine.GRAPH_FILE: str(graph).encode()}
+        metadata: dict[str, Any] = {"source_graph": text}
+        engine_name = engine.ENGINE_NAME
+        if self.target != "reference":
+            try:
+                native = build_native(graph)
+            except NativeUnsupported as exc:
+                # the graph still runs, on the interpreter; the reason is kept for reports
+                metadata["native_fallback"] = str(exc)
+            else:
+                files.update(native.files)
+                metadata["native"] = native.metadata
+                engine_name = NATIVE_ENGINE
         return Artifact.write(
-            path, name=graph.name, engine=engine.ENGINE_NAME, target=self.target,
-            signature=signature_of(graph), files={engine.GRAPH_FILE: str(graph).encode()},
-            key=key, producer={"disc-core": __version__},
-            metadata={"source_graph": text})
+            path, name=graph.name, engine=engine_name, target=self.target,
+            signature=signature_of(graph), files=files, key=key,
+            producer={"disc-core": __version__}, metadata=metadata)
 
 
 class JitFunction:
@@ -147,6 +165,6 @@ class JitFunction:
         return exe.run(arrays)
 
 
-def jit(graph: Graph, *, cache: CompileCache | None = None, target: str = "reference"
+def jit(graph: Graph, *, cache: CompileCache | None = None, target: str = "auto"
         ) -> JitFunction:
     return JitFunction(graph, Compiler(cache, target=target))

@@ -50,6 +50,9 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "disc_runtime.engines"
 
+#: Engines that are part of disc-runtime itself, loaded on first use.
+BUILTIN_ENGINES: frozenset[str] = frozenset({"native"})
+
 #: Engine name -> the pip package that provides it, used only for the install hint.
 KNOWN_ENGINE_PROVIDERS: dict[str, str] = {"reference": "disc-core"}
 
@@ -107,6 +110,11 @@ def get_engine(name: str) -> Loader:
         loader = _registry.get(name)
     if loader is not None:
         return loader
+    if name in BUILTIN_ENGINES:  # engines that ship with disc-runtime itself
+        from .native import load_native_engine
+
+        with _lock:
+            return _registry.setdefault(name, load_native_engine)
     for ep in _entry_points():
         if ep.name != name:
             continue

@@ -77,6 +77,15 @@ class Elementwise(OpDef):
             out = cls.fn(*[_to_compute(x, dt) for x in inputs])
         return np.asarray(out).astype((cls.result_dtype or dt).np, copy=False)
 
+    @classmethod
+    def c_expr(cls, op: Op, args: list[str]) -> str | None:
+        """The C expression computing one element (native codegen), or None if unsupported.
+
+        ``args`` are C expressions of the operands' element values, in the operands' C type.
+        """
+        template = C_TEMPLATES.get(cls.name)
+        return template(op.operands[0].dtype, *args) if template else None
+
 
 def _dtype_short(x: np.ndarray) -> str:
     from ..dtypes import dtype_of
@@ -240,6 +249,10 @@ class Compare(Elementwise):
         with np.errstate(all="ignore"):
             return _COMPARE[attrs["direction"]](a, b)
 
+    @classmethod
+    def c_expr(cls, op: Op, args: list[str]) -> str:
+        return f"((uint8_t)(({args[0]}) {_C_COMPARE[op.attrs['direction']]} ({args[1]})))"
+
 
 class Select(OpDef):
     """pred ? on_true : on_false; pred is bool, of the same shape or a scalar."""
@@ -260,6 +273,10 @@ class Select(OpDef):
     @classmethod
     def facts(cls, op: Op) -> Iterable[Fact]:
         return _same_shape_facts(op, [1, 2] + ([0] if op.operands[0].rank else []))
+
+    @classmethod
+    def c_expr(cls, op: Op, args: list[str]) -> str:
+        return f"(({args[0]}) ? ({args[1]}) : ({args[2]}))"
 
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
@@ -287,6 +304,12 @@ class Clamp(OpDef):
     @classmethod
     def facts(cls, op: Op) -> Iterable[Fact]:
         return _same_shape_facts(op, [1] + [i for i in (0, 2) if op.operands[i].rank])
+
+    @classmethod
+    def c_expr(cls, op: Op, args: list[str]) -> str:
+        lo, x, hi = args
+        dt = op.operands[1].dtype
+        return C_TEMPLATES["min"](dt, C_TEMPLATES["max"](dt, x, lo), hi)
 
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
@@ -322,6 +345,18 @@ class Convert(OpDef):
         return op.operands[0] if op.operands[0].dtype == attrs_dtype(op) else None
 
     @classmethod
+    def c_expr(cls, op: Op, args: list[str]) -> str:
+        from ..native.cexpr import ctype
+
+        src, to = op.operands[0].dtype, attrs_dtype(op)
+        x = args[0]
+        if to is DType.BOOL:
+            return f"((uint8_t)(({x}) != 0))"
+        if to.is_int and src.is_float:  # NaN and infinities convert to 0, as the reference
+            return f"(isfinite({x}) ? ({ctype(to)})({x}) : 0)"
+        return f"(({ctype(to)})({x}))"
+
+    @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> np.ndarray:
         x = inputs[0]
@@ -337,3 +372,68 @@ class Convert(OpDef):
 
 def attrs_dtype(op: Op) -> DType:
     return op.attrs["dtype"]
+
+
+# -- native code generation: one C expression per op, next to its numpy semantics ------
+
+def _f(dt: DType, name: str) -> str:
+    """The libm function for the operand's float type (expf for f32, exp for f64)."""
+    return name + ("f" if dt is DType.F32 else "")
+
+
+def _maxmin(greater: str) -> Callable[..., str]:
+    def emit(dt: DType, a: str, b: str) -> str:
+        if dt.is_float:  # NaN propagates, as np.maximum/np.minimum
+            return f"(({a}) {greater} ({b}) || ({a}) != ({a}) ? ({a}) : ({b}))"
+        return f"(({a}) {greater} ({b}) ? ({a}) : ({b}))"
+
+    return emit
+
+
+def _int_or_float(float_tpl: Callable[..., str], int_tpl: Callable[..., str]
+                  ) -> Callable[..., str]:
+    return lambda dt, *a: float_tpl(dt, *a) if dt.is_float else int_tpl(dt, *a)
+
+
+def _libm(name: str) -> Callable[..., str]:
+    return lambda dt, *a: f"{_f(dt, name)}({', '.join(a)})"
+
+
+C_TEMPLATES: dict[str, Callable[..., str]] = {
+    "neg": lambda dt, x: f"(-({x}))",
+    "abs": _int_or_float(_libm("fabs"), lambda dt, x: f"(({x}) < 0 ? -({x}) : ({x}))"),
+    "sign": _int_or_float(
+        lambda dt, x: f"(({x}) != ({x}) ? ({x}) : (({x}) > 0) - (({x}) < 0))",
+        lambda dt, x: f"((({x}) > 0) - (({x}) < 0))"),
+    "exp": _libm("exp"), "expm1": _libm("expm1"), "log": _libm("log"),
+    "log1p": _libm("log1p"), "sqrt": _libm("sqrt"), "tanh": _libm("tanh"),
+    "erf": _libm("erf"), "sin": _libm("sin"), "cos": _libm("cos"), "tan": _libm("tan"),
+    "floor": _libm("floor"), "ceil": _libm("ceil"),
+    "round": _libm("round"),  # C round(): half away from zero, like HLO round
+    "round_even": _libm("rint"),  # default rounding mode: half to even
+    "rsqrt": lambda dt, x: f"(1 / {_f(dt, 'sqrt')}({x}))",
+    "logistic": lambda dt, x: f"(1 / (1 + {_f(dt, 'exp')}(-({x}))))",
+    "not": lambda dt, x: f"(!({x}))" if dt.is_bool else f"(~({x}))",
+    "is_finite": lambda dt, x: f"((uint8_t)isfinite({x}))",
+    "add": lambda dt, a, b: f"(({a}) + ({b}))",
+    "sub": lambda dt, a, b: f"(({a}) - ({b}))",
+    "mul": lambda dt, a, b: f"(({a}) * ({b}))",
+    # integer division truncates toward zero, x / 0 = 0, x rem 0 = x (see _int_div/_rem);
+    # MIN / -1 would trap in C, so -1 is negation (wrapping, the module builds with -fwrapv)
+    "div": _int_or_float(
+        lambda dt, a, b: f"(({a}) / ({b}))",
+        lambda dt, a, b: (f"(({b}) == 0 ? 0 : ({b}) == -1 ? -({a}) : ({a}) / ({b}))"
+                          if dt.is_signed else f"(({b}) == 0 ? 0 : ({a}) / ({b}))")),
+    "rem": _int_or_float(
+        _libm("fmod"),
+        lambda dt, a, b: (f"(({b}) == 0 ? ({a}) : ({b}) == -1 ? 0 : ({a}) % ({b}))"
+                          if dt.is_signed else f"(({b}) == 0 ? ({a}) : ({a}) % ({b}))")),
+    "pow": lambda dt, a, b: f"{_f(dt, 'pow')}({a}, {b})" if dt.is_float else None,
+    "atan2": _libm("atan2"),
+    "max": _maxmin(">"), "min": _maxmin("<"),
+    "and": lambda dt, a, b: f"(({a}) && ({b}))" if dt.is_bool else f"(({a}) & ({b}))",
+    "or": lambda dt, a, b: f"(({a}) || ({b}))" if dt.is_bool else f"(({a}) | ({b}))",
+    "xor": lambda dt, a, b: f"(({a}) != ({b}))" if dt.is_bool else f"(({a}) ^ ({b}))",
+}
+
+_C_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

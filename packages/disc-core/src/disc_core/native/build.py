@@ -1,0 +1,64 @@
+"""Build the native module of a graph: plan fusion, emit C, compile, package the files."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..ir import Graph
+from .emit import ABI_VERSION, emit_module
+from .fusion import NativeUnsupported, plan_fusion
+from .lower import split_reductions
+from .toolchain import CompilerNotFound, find_toolchain
+
+NATIVE_ENGINE = "native"
+_warned = False
+
+
+@dataclass
+class NativeBuild:
+    files: dict[str, bytes]
+    metadata: dict[str, Any]
+
+
+def native_target() -> str:
+    """The cache target for native code, or "reference" (warned once) without a compiler."""
+    global _warned
+    try:
+        return find_toolchain().target
+    except CompilerNotFound as exc:
+        if not _warned:
+            warnings.warn(str(exc), RuntimeWarning, stacklevel=3)
+            _warned = True
+        return "reference"
+
+
+def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:
+    t0 = time.perf_counter()
+    split_reductions(graph)
+    plan = plan_fusion(graph)
+    info = emit_module(graph, plan)
+    if info.needs_blas:
+        from disc_runtime.native import find_blas
+
+        if not all(find_blas()):
+            raise NativeUnsupported("dot_general needs an ILP64 BLAS and none was found")
+    tc = find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="disc-build-") as tmp:
+        so = Path(tmp) / "module.so"
+        cc_seconds, report = tc.compile(info.source, so, vector_report=vector_report)
+        data = so.read_bytes()
+    meta = {
+        "abi": ABI_VERSION, "counters": info.counters, "kernels": info.kernels,
+        "fusion": plan.summary(), "needs_blas": info.needs_blas,
+        "cc_seconds": round(cc_seconds, 4), "build_seconds": round(time.perf_counter() - t0, 4),
+        "compiler": tc.version,
+    }
+    if vector_report:
+        meta["vector_report"] = report
+    return NativeBuild({"native/module.so": data, "native/module.c": info.source.encode()},
+                       meta)

@@ -1,0 +1,670 @@
+"""C code generation for a fusion plan: kernels plus the host entry point.
+
+Nothing in the generated code depends on a concrete size: symbolic dims are read from the
+symbol array ``S`` that the host fills from the input shapes, so one module serves every
+shape of the same rank. Static dims become C constants, which lets the compiler unroll and
+drop remainder loops where it can.
+
+Speculation (run-time choice of kernel version, counted per call when the caller passes a
+counter array):
+
+* every kernel runs single-threaded below ``DISC_PAR_MIN`` elements, parallel above;
+* a kernel that reads a symbolic dim which may be an implicit broadcast has a contiguous
+  version (taken when the dims agree) and a strided one (stride 0 where the dim is 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dtypes import DType
+from ..ir import Graph, Op, Value
+from ..symbolic import Expr, product, smax
+from .cexpr import ctype, dim_c, literal
+from .fusion import SHAPE_ONLY, Alias, FusionPlan, Kernel, LibraryCall, NativeUnsupported
+
+ABI_VERSION = 1
+PAR_MIN = 1 << 15
+
+PRELUDE = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <math.h>
+
+static inline int64_t disc_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t disc_ceildiv(int64_t a, int64_t b) { return -disc_floordiv(-a, b); }
+static inline int64_t disc_mod(int64_t a, int64_t b) { return a - b * disc_floordiv(a, b); }
+static inline int64_t disc_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t disc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
+typedef void (*disc_sgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                              const float *, int64_t, const float *, int64_t, float, float *,
+                              int64_t);
+typedef void (*disc_dgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                              const double *, int64_t, const double *, int64_t, double,
+                              double *, int64_t);
+typedef struct {
+  disc_alloc_fn alloc;
+  void *alloc_ctx;
+  void *sgemm;
+  void *dgemm;
+  int64_t *counters; /* optional: one slot per kernel version, see the artifact metadata */
+} disc_env;
+
+#define DISC_FAIL(...) do { snprintf(err, (size_t)errlen, __VA_ARGS__); goto fail; } while (0)
+"""
+
+
+@dataclass
+class ModuleInfo:
+    """What the runtime and tests need to know about a generated module."""
+
+    source: str
+    needs_blas: bool
+    counters: list[str] = field(default_factory=list)  # name of each counter slot
+    kernels: list[dict] = field(default_factory=list)
+
+
+class _Symbols:
+    def __init__(self, graph: Graph):
+        self.index: dict[str, int] = {}
+        for name in sorted(graph.free_symbols()):
+            self.index[name] = len(self.index)
+
+    def c(self, e: Expr) -> str:
+        return dim_c(e, self.index)
+
+
+def emit_module(graph: Graph, plan: FusionPlan) -> ModuleInfo:
+    syms = _Symbols(graph)
+    consts = _Constants()
+    info = ModuleInfo(source="", needs_blas=False)
+    kernel_src: list[str] = []
+    for k in plan.kernels:
+        kernel_src.append(_KernelEmitter(k, syms, consts).emit(info))
+    host = _emit_host(graph, plan, syms, consts, info)
+    info.source = "\n".join([PRELUDE, consts.source(), *kernel_src, host])
+    return info
+
+
+# -- constants ----------------------------------------------------------------------------
+
+class _Constants:
+    """Non-scalar constants become static read-only arrays (no mutable global state)."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+        self.decls: list[str] = []
+
+    def array(self, v: Value) -> str:
+        if id(v) not in self.names:
+            arr = v.producer.attrs["value"].array  # type: ignore[union-attr]
+            name = f"cst{len(self.names)}"
+            flat = arr.reshape(-1)
+            body = ", ".join(literal(x.item(), v.dtype) for x in flat) or "0"
+            self.decls.append(f"static const {ctype(v.dtype)} {name}[{max(flat.size, 1)}] = "
+                              f"{{{body}}};")
+            self.names[id(v)] = name
+        return self.names[id(v)]
+
+    def source(self) -> str:
+        return "\n".join(self.decls)
+
+
+def _scalar_constant(v: Value) -> str | None:
+    p = v.producer
+    if p is not None and p.name == "constant" and v.rank == 0:
+        return literal(p.attrs["value"].array.item(), v.dtype)
+    return None
+
+
+def _strides(shape: tuple[Expr, ...]) -> list[Expr]:
+    return [product(shape[j + 1:]) for j in range(len(shape))]
+
+
+# -- kernels ------------------------------------------------------------------------------
+
+class _KernelEmitter:
+    def __init__(self, k: Kernel, syms: _Symbols, consts: _Constants):
+        self.k, self.syms, self.consts = k, syms, consts
+        self.n = k.rank
+        self.params: list[tuple[Value, str]] = []  # materialized inputs -> pointer names
+        for i, v in enumerate(k.inputs):
+            self.params.append((v, f"in{i}"))
+        self.pname = {id(v): name for v, name in self.params}
+        self.var: dict[int, str] = {}
+
+    # names ----------------------------------------------------------------------------
+    def fn_name(self, variant: str) -> str:
+        return f"kernel{self.k.id}_{variant}"
+
+    def signature(self, variant: str) -> str:
+        args = [f"const {ctype(v.dtype)} *restrict {name}" for v, name in self.params]
+        args += [f"{ctype(o.dtype)} *restrict out{j}" for j, o in enumerate(self.k.outputs)]
+        args += ["const int64_t *restrict S", "int parallel"]
+        return f"static void {self.fn_name(variant)}({', '.join(args)})"
+
+    def emit(self, info: ModuleInfo) -> str:
+        variants = ["fast", "strided"] if self.k.speculative else ["fast"]
+        out = []
+        for variant in variants:
+            self.strided = variant == "strided"
+            out.append(self.signature(variant) + " {\n" + self.body() + "}\n")
+        info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
+                             "ops": [op.name for op in self.k.ops],
+                             "speculative": self.k.speculative})
+        return "\n".join(out)
+
+    # index arithmetic -----------------------------------------------------------------
+    def dim(self, e: Expr) -> str:
+        return self.syms.c(e)
+
+    def read(self, op: Op, i: int) -> str:
+        """C expression loading operand ``i`` of ``op`` (materialized) at the current point."""
+        v = op.operands[i]
+        lit = _scalar_constant(v)
+        if lit is not None:
+            return lit
+        if v.producer is not None and v.producer.name == "constant":
+            base = self.consts.array(v)
+        else:
+            base = self.pname[id(v)]
+        m = self.k.reads[(id(op), i)]
+        maybe = self.k.maybe_broadcast.get((id(op), i), {})
+        return f"{base}[{self.offset(v, m, maybe)}]"
+
+    def offset(self, v: Value, m: tuple, maybe: dict[int, int]) -> str:
+        if v.rank == 0 or all(d is None for d in m):
+            return "0"
+        n = self.n
+        if not maybe and self.k.kind != "column" and tuple(v.shape) == tuple(self.k.space):
+            if m == tuple(range(n)):
+                return "r*C + c"  # the common case: the value has the kernel's own layout
+        if not maybe and m == tuple(range(n - 1)) and tuple(v.shape) == tuple(self.k.space[:-1]):
+            return "r"
+        st = _strides(v.shape)
+        terms = []
+        for j, d in enumerate(m):
+            if d is None:
+                continue
+            stride = self.dim(st[j])
+            if j in maybe and self.strided:  # dim may be 1 at run time: stride 0 then
+                stride = f"({self.dim(v.shape[j])} == 1 ? 0 : {stride})"
+            terms.append(f"{self.idx(d)}*{stride}")
+        return " + ".join(terms)
+
+    def idx(self, d: int) -> str:
+        if self.k.kind == "column":
+            return f"i{d}"
+        return "c" if d == self.n - 1 else f"i{d}"
+
+    # body -----------------------------------------------------------------------------
+    def body(self) -> str:
+        k = self.k
+        if k.kind == "column":
+            return self.column_body()
+        n = self.n
+        rows = product(k.space[:-1]) if n else Expr.const(1)
+        cols = k.space[-1] if n else Expr.const(1)
+        lines = [f"  const int64_t R = {self.dim(rows)};", f"  const int64_t C = {self.dim(cols)};"]
+        lines.append("  #pragma omp parallel for if (parallel) schedule(static)")
+        lines.append("  for (int64_t r = 0; r < R; ++r) {")
+        lines += ["    " + s for s in self.row_decomposition()]
+        self.var = {}
+        reductions = k.reductions if k.kind == "row" else []
+        done: set[int] = set()
+        for red in reductions:
+            lines += ["    " + s for s in self.row_level(done)]
+            lines += ["    " + s for s in self.reduction_phase(red, done)]
+        lines += ["    " + s for s in self.row_level(done)]
+        root = k.outputs[0]
+        if k.kind == "row" and root.producer is not None and root.producer.name == "reduce":
+            lines.append(f"    out0[r] = {self.var[id(root)]};")
+        elif k.kind == "row" and not self._inner(root):
+            lines.append(f"    out0[r] = {self.var[id(root)]};")
+        else:
+            lines.append("    #pragma omp simd")
+            lines.append("    for (int64_t c = 0; c < C; ++c) {")
+            body, var = self.compute_cone(root, done)
+            lines += ["      " + s for s in body]
+            lines.append(f"      out0[r*C + c] = {var};")
+            lines.append("    }")
+        lines.append("  }")
+        return "\n".join(lines) + "\n"
+
+    def row_decomposition(self) -> list[str]:
+        n = self.n
+        if n <= 1:
+            return []
+        out = ["int64_t rem = r;"]
+        for d in range(n - 2, 0, -1):
+            size = self.dim(self.k.space[d])
+            out.append(f"const int64_t i{d} = rem % {size}; rem /= {size};")
+        out.append("const int64_t i0 = rem; (void)rem;")
+        return out
+
+    def _inner(self, v: Value) -> bool:
+        """Does ``v`` vary along the kernel's innermost (column) dim?"""
+        if self.k.kind == "loop":
+            return True
+        m = self.k.maps.get(id(v))
+        return m is not None and (self.n - 1) in m
+
+    def row_level(self, done: set[int]) -> list[str]:
+        """Emit row-level ops (constant along the row) whose operands are available."""
+        out = []
+        for op in self.k.ops:
+            r = op.results[0]
+            if id(r) in done or op.name == "reduce" or self._inner(r):
+                continue
+            if all(self._available(op, i, done) for i in range(len(op.operands))):
+                out.append(self.assign(op, r))
+                done.add(id(r))
+        return out
+
+    def _available(self, op: Op, i: int, done: set[int]) -> bool:
+        v = op.operands[i]
+        return op.name in SHAPE_ONLY or id(v) in done or (id(op), i) in self.k.reads
+
+    def reduction_phase(self, red: Op, done: set[int]) -> list[str]:
+        kind = red.attrs["kind"]
+        v = red.results[0]
+        dt = v.dtype
+        acc = f"acc{len(done)}_{id(v) % 100000}"
+        out = [f"{ctype(dt)} {acc} = {_identity(kind, dt)};"]
+        pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})"}.get(kind)
+        out.append("#pragma omp simd" + (f" {pragma}" if pragma else ""))
+        out.append("for (int64_t c = 0; c < C; ++c) {")
+        saved = dict(self.var)
+        body, x = self.operand_cone(red, 0, done)
+        out += ["  " + s for s in body]
+        out.append("  " + _combine(kind, dt, acc, x))
+        out.append("}")
+        self.var = saved
+        name = f"v{len(self.var)}_{id(v) % 100000}"
+        out.append(f"const {ctype(dt)} {name} = {acc};")
+        self.var[id(v)] = name
+        done.add(id(v))
+        return out
+
+    def operand_cone(self, op: Op, i: int, done: set[int]) -> tuple[list[str], str]:
+        if (id(op), i) in self.k.reads:
+            return [], self.read(op, i)
+        return self.compute_cone(op.operands[i], done)
+
+    def compute_cone(self, v: Value, done: set[int]) -> tuple[list[str], str]:
+        """Statements computing ``v`` inside the column loop (row-level values reused)."""
+        if id(v) in self.var and (id(v) in done or not self._inner(v)):
+            return [], self.var[id(v)]
+        lines: list[str] = []
+        needed = self._cone(v, done)
+        for op in needed:
+            lines.append(self.assign(op, op.results[0]))
+        return lines, self.var[id(v)]
+
+    def _cone(self, v: Value, done: set[int]) -> list[Op]:
+        members = {id(op) for op in self.k.ops}
+        out: list[Op] = []
+        seen: set[int] = set()
+
+        def visit(val: Value) -> None:
+            p = val.producer
+            if p is None or id(p) not in members or id(val) in done or id(p) in seen:
+                return
+            seen.add(id(p))
+            for j, w in enumerate(() if p.name in SHAPE_ONLY else p.operands):
+                if (id(p), j) not in self.k.reads:
+                    visit(w)
+            out.append(p)
+
+        visit(v)
+        return out
+
+    def assign(self, op: Op, r: Value) -> str:
+        args = []
+        for i in range(0 if op.name in SHAPE_ONLY else len(op.operands)):
+            if (id(op), i) in self.k.reads:
+                args.append(self.read(op, i))
+            else:
+                args.append(self.var[id(op.operands[i])])
+        expr = self.expr(op, args)
+        name = f"v{len(self.var)}"
+        self.var[id(r)] = name
+        return f"const {ctype(r.dtype)} {name} = {expr};"
+
+    def expr(self, op: Op, args: list[str]) -> str:
+        if op.name in ("broadcast_in_dim", "transpose"):
+            return args[0]  # the dim map did the work
+        if op.name == "iota":
+            m = self.k.maps[id(op.results[0])]
+            d = m[op.attrs["dimension"]]
+            return f"({ctype(op.results[0].dtype)})({self.idx(d) if d is not None else 0})"
+        if op.name == "constant":
+            return literal(op.attrs["value"].array.item(), op.results[0].dtype)
+        if op.name == "get_dimension_size":  # shape arithmetic evaluated on the host side
+            return f"(int64_t){self.dim(op.operands[0].shape[op.attrs['dimension']])}"
+        fn = getattr(op.opdef, "c_expr", None)
+        text = fn(op, args) if fn else None
+        if text is None:
+            raise NativeUnsupported(f"{op.name} on {op.operands[0].dtype.short} has no C form")
+        return text
+
+    # column reductions ----------------------------------------------------------------
+    def column_body(self) -> str:
+        k = self.k
+        red = k.ops[-1]
+        a = len(red.attrs["axes"])
+        rows = product(k.space[:a])
+        cols = product(k.space[a:])
+        for (op_id, i), m in k.reads.items():
+            v = next(op.operands[i] for op in k.ops if id(op) == op_id)
+            ok = (v.rank == 0 or all(d is None for d in m) or m == tuple(range(self.n))
+                  or m == tuple(range(a, self.n)))
+            if not ok:
+                raise NativeUnsupported("column reduction reads a broadcast operand")
+        kind = red.attrs["kind"]
+        dt = red.results[0].dtype
+        self.var = {}
+        body, x = self._column_cone(red, rows, cols)
+        lines = [
+            f"  const int64_t R = {self.dim(rows)};",
+            f"  const int64_t C = {self.dim(cols)};",
+            "  #pragma omp parallel for if (parallel) schedule(static)",
+            "  for (int64_t c0 = 0; c0 < C; c0 += 256) {",
+            "    const int64_t c1 = c0 + 256 < C ? c0 + 256 : C;",
+            f"    {ctype(dt)} acc[256];",
+            f"    for (int64_t c = c0; c < c1; ++c) acc[c - c0] = {_identity(kind, dt)};",
+            "    for (int64_t r = 0; r < R; ++r) {",
+            "      #pragma omp simd",
+            "      for (int64_t c = c0; c < c1; ++c) {",
+            *["        " + s for s in body],
+            "        " + _combine(kind, dt, "acc[c - c0]", x),
+            "      }",
+            "    }",
+            "    for (int64_t c = c0; c < c1; ++c) out0[c] = acc[c - c0];",
+            "  }",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _column_cone(self, red: Op, rows: Expr, cols: Expr) -> tuple[list[str], str]:
+        self._col = True
+        saved_read = self.read
+
+        def read(op: Op, i: int) -> str:
+            v = op.operands[i]
+            lit = _scalar_constant(v)
+            if lit is not None:
+                return lit
+            base = (self.consts.array(v) if v.producer is not None
+                    and v.producer.name == "constant" else self.pname[id(v)])
+            m = self.k.reads[(id(op), i)]
+            if v.rank == 0 or all(d is None for d in m):
+                return f"{base}[0]"
+            if m == tuple(range(self.n)):
+                return f"{base}[r*C + c]"
+            return f"{base}[c]"
+
+        self.read = read  # type: ignore[method-assign]
+        try:
+            return self.operand_cone(red, 0, set())
+        finally:
+            self.read = saved_read  # type: ignore[method-assign]
+
+
+def _identity(kind: str, dt: DType) -> str:
+    if kind == "sum":
+        return literal(0, dt)
+    if kind == "prod":
+        return literal(1, dt)
+    if kind == "and":
+        return "1"
+    if kind == "or":
+        return "0"
+    if dt.is_float:
+        return ("-" if kind == "max" else "") + "INFINITY"
+    if dt.is_bool:
+        return "0" if kind == "max" else "1"
+    import numpy as np
+
+    info = np.iinfo(dt.np)
+    return literal(info.min if kind == "max" else info.max, dt)
+
+
+def _combine(kind: str, dt: DType, acc: str, x: str) -> str:
+    if kind == "sum":
+        return f"{acc} += {x};"
+    if kind == "prod":
+        return f"{acc} *= {x};"
+    if kind in ("and", "or"):
+        return f"{acc} = {acc} {'&&' if kind == 'and' else '||'} ({x});"
+    cmp = ">" if kind == "max" else "<"
+    if dt.is_float:
+        return f"{{ const {ctype(dt)} t = {x}; {acc} = (t {cmp} {acc} || t != t) ? t : {acc}; }}"
+    return f"{{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : {acc}; }}"
+
+
+# -- host -----------------------------------------------------------------------------------
+
+class _Buffers:
+    """Storage for every materialized value: inputs, constants, outputs, arena slots."""
+
+    def __init__(self, plan: FusionPlan):
+        self.root: dict[int, Value] = {}  # alias groups: id(value) -> group root value
+        for s in plan.steps:
+            if isinstance(s, Alias):
+                src = s.op.operands[0]
+                self.root[id(s.op.results[0])] = self.group(src)
+
+    def group(self, v: Value) -> Value:
+        return self.root.get(id(v), v)
+
+
+def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constants,
+               info: ModuleInfo) -> str:
+    bufs = _Buffers(plan)
+    L: list[str] = []
+    w = L.append
+    w(f"int64_t disc_abi_version(void) {{ return {ABI_VERSION}; }}")
+    w(f"int64_t disc_num_symbols(void) {{ return {len(syms.index)}; }}")
+    w("int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in, "
+      "const disc_env *env, char *err, int64_t errlen) {")
+    w(f"  int64_t S[{max(len(syms.index), 1)}] = {{0}};")
+    w("  char *arena = NULL; (void)S;")
+    w(f"  if (n_in != {len(graph.inputs)}) DISC_FAIL(\"expected {len(graph.inputs)} inputs\");")
+    # bind symbols and check static dims / expressions
+    bound: set[str] = set()
+    off = 0
+    checks: list[str] = []
+    for i, v in enumerate(graph.inputs):
+        for j, d in enumerate(v.shape):
+            where = f"input #{i} dim {j}"
+            if d.is_symbol and d.symbol_name not in bound:
+                w(f"  S[{syms.index[d.symbol_name]}] = in_shapes[{off}];")
+                bound.add(d.symbol_name)
+            else:
+                checks.append(f"  if (in_shapes[{off}] != {syms.c(d)}) DISC_FAIL(\"{where} is "
+                              f"%lld, expected {d} = %lld\", (long long)in_shapes[{off}], "
+                              f"(long long){syms.c(d)});")
+            off += 1
+    unbound = set(syms.index) - bound
+    if unbound:
+        raise NativeUnsupported(f"symbols {sorted(unbound)} are not bound by input dims")
+    L.extend(checks)
+    # storage names
+    storage: dict[int, str] = {}
+    for i, v in enumerate(graph.inputs):
+        storage[id(v)] = f"((char *)in_data[{i}])"
+    out_ids: dict[int, int] = {}
+    copies: list[tuple[Value, int]] = []
+    for i, v in enumerate(graph.outputs):
+        g = bufs.group(v)
+        if id(g) in storage or id(g) in out_ids or (g.producer and g.producer.name == "constant"):
+            copies.append((v, i))  # needs its own buffer and a copy
+            continue
+        out_ids[id(g)] = i
+    for i, v in enumerate(graph.outputs):
+        shape_name = f"oshape{i}"
+        dims = ", ".join(syms.c(d) for d in v.shape) or "0"
+        w(f"  int64_t {shape_name}[{max(v.rank, 1)}] = {{{dims}}};")
+        w(f"  char *out{i} = (char *)env->alloc(env->alloc_ctx, {i}, {v.rank}, {shape_name});")
+        w(f"  if (!out{i}) DISC_FAIL(\"could not allocate output #{i}\");")
+    for gid, i in out_ids.items():
+        storage[gid] = f"out{i}"
+    # arena slots with liveness-based reuse
+    step_reads: list[list[Value]] = []
+    for s in plan.steps:
+        if isinstance(s, Kernel):
+            step_reads.append([bufs.group(v) for v in s.inputs])
+        else:
+            step_reads.append([bufs.group(v) for v in s.op.operands])
+    slots: list[list[Value]] = []
+    slot_of: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for n, reads in enumerate(step_reads):
+        for v in reads:
+            last_use[id(v)] = n
+    free_after: list[tuple[int, int]] = []  # (last step, slot)
+    for n, s in enumerate(plan.steps):
+        if isinstance(s, Alias):
+            continue
+        res = s.outputs[0] if isinstance(s, Kernel) else s.op.results[0]
+        g = bufs.group(res)
+        if id(g) in storage:
+            continue
+        reusable = [sl for last, sl in free_after if last < n]
+        if reusable:
+            sl = reusable[0]
+            free_after = [(la, x) for la, x in free_after if x != sl]
+        else:
+            sl = len(slots)
+            slots.append([])
+        slots[sl].append(g)
+        slot_of[id(g)] = sl
+        free_after.append((last_use.get(id(g), n), sl))
+    for sl, members in enumerate(slots):
+        size = smax(*[product(v.shape) * v.dtype.itemsize for v in members]) if members else 0
+        w(f"  const int64_t slot{sl}_bytes = (({syms.c(size)}) + 63) / 64 * 64;")
+    if slots:
+        total = " + ".join(f"slot{sl}_bytes" for sl in range(len(slots)))
+        w(f"  arena = (char *)malloc((size_t)({total}) + 64);")
+        w("  if (!arena) DISC_FAIL(\"out of memory for intermediate buffers\");")
+        acc = "arena"
+        for sl in range(len(slots)):
+            w(f"  char *slot{sl} = {acc};")
+            acc = f"slot{sl} + slot{sl}_bytes"
+        for gid, sl in slot_of.items():
+            storage[gid] = f"slot{sl}"
+
+    def ptr(v: Value) -> str:
+        g = bufs.group(v)
+        if g.producer is not None and g.producer.name == "constant":
+            return consts.array(g)
+        return storage[id(g)]
+
+    # steps
+    for s in plan.steps:
+        if isinstance(s, Alias):
+            continue
+        if isinstance(s, LibraryCall):
+            info.needs_blas = True
+            L.extend(_emit_gemm(s.op, ptr, syms))
+            continue
+        k = s
+        elems = syms.c(product(k.space)) if k.space else "1"
+        args = [f"({'const ' + ctype(v.dtype)} *){ptr(v)}" for v in k.inputs]
+        args += [f"({ctype(o.dtype)} *){ptr(o)}" for o in k.outputs]
+        par = f"({elems}) >= {PAR_MIN}"
+        base = len(info.counters)
+        info.counters += [f"kernel{k.id}.serial", f"kernel{k.id}.parallel"]
+        w("  {")
+        w(f"    const int par = {par};")
+        w(f"    if (env->counters) env->counters[{base} + par] += 1;")
+        if k.speculative:
+            conds = []
+            for (op_id, i), maybe in k.maybe_broadcast.items():
+                op = next(o for o in k.ops if id(o) == op_id)
+                v = op.operands[i]
+                for j, d in maybe.items():
+                    conds.append(f"{syms.c(v.shape[j])} == {syms.c(k.space[d])}")
+                    checks_ = (f"{syms.c(v.shape[j])} != 1 && {syms.c(v.shape[j])} != "
+                               f"{syms.c(k.space[d])}")
+                    w(f"    if ({checks_}) DISC_FAIL(\"{op.name}: operand dim {j} is %lld, "
+                      f"expected 1 or %lld\", (long long){syms.c(v.shape[j])}, "
+                      f"(long long){syms.c(k.space[d])});")
+            info.counters += [f"kernel{k.id}.contiguous", f"kernel{k.id}.strided"]
+            w(f"    const int fast = {' && '.join(conds)};")
+            w(f"    if (env->counters) env->counters[{base + 2} + !fast] += 1;")
+            call = ", ".join(args + ["S", "par"])
+            w(f"    if (fast) kernel{k.id}_fast({call}); else kernel{k.id}_strided({call});")
+        else:
+            w(f"    kernel{k.id}_fast({', '.join(args + ['S', 'par'])});")
+        w("  }")
+    for v, i in copies:
+        nbytes = syms.c(product(v.shape) * v.dtype.itemsize)
+        w(f"  memcpy(out{i}, {ptr(v)}, (size_t)({nbytes}));")
+    w("  free(arena);")
+    w("  return 0;")
+    w("fail:")
+    w("  free(arena);")
+    w("  return 1;")
+    w("}")
+    return "\n".join(L) + "\n"
+
+
+def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
+    lhs, rhs = op.operands
+    a = op.attrs
+    dt = lhs.dtype
+    if dt not in (DType.F32, DType.F64):
+        raise NativeUnsupported(f"dot_general on {dt.short} (BLAS covers f32 and f64)")
+    nb = len(a["lhs_batch"])
+    if tuple(a["lhs_batch"]) != tuple(range(nb)) or tuple(a["rhs_batch"]) != tuple(range(nb)):
+        raise NativeUnsupported("dot_general with batch dims that are not leading")
+    lc, rc = list(a["lhs_contract"]), list(a["rhs_contract"])
+    if lc != sorted(lc) or rc != sorted(rc):
+        raise NativeUnsupported("dot_general with reordered contracting dims")
+    lfree = [d for d in range(nb, lhs.rank) if d not in lc]
+    rfree = [d for d in range(nb, rhs.rank) if d not in rc]
+
+    def block(dims: list[int], first: int, n: int) -> bool:
+        return dims == list(range(first, first + n))
+
+    # lhs: [batch, free, contract] (no transpose) or [batch, contract, free] (transposed)
+    if block(lfree, nb, len(lfree)) and block(lc, nb + len(lfree), len(lc)):
+        ta = 111
+    elif block(lc, nb, len(lc)) and block(lfree, nb + len(lc), len(lfree)):
+        ta = 112
+    else:
+        raise NativeUnsupported("dot_general lhs layout needs a transpose first")
+    if block(rc, nb, len(rc)) and block(rfree, nb + len(rc), len(rfree)):
+        tb = 111
+    elif block(rfree, nb, len(rfree)) and block(rc, nb + len(rfree), len(rc)):
+        tb = 112
+    else:
+        raise NativeUnsupported("dot_general rhs layout needs a transpose first")
+    M = syms.c(product(lhs.shape[d] for d in lfree))
+    N = syms.c(product(rhs.shape[d] for d in rfree))
+    K = syms.c(product(lhs.shape[d] for d in lc))
+    B = syms.c(product(lhs.shape[:nb]))
+    t = ctype(dt)
+    fn = "sgemm" if dt is DType.F32 else "dgemm"
+    res = op.results[0]
+    return [
+        "  {",
+        f"    const int64_t M = {M}, N = {N}, K = {K}, B = {B};",
+        f"    const {t} *A = (const {t} *){ptr(lhs)}; const {t} *Bm = (const {t} *){ptr(rhs)};",
+        f"    {t} *Cm = ({t} *){ptr(res)};",
+        f"    if (!env->{fn}) DISC_FAIL(\"no BLAS {fn} was provided to this module\");",
+        "    for (int64_t b = 0; b < B; ++b) {",
+        "      if (M == 0 || N == 0) break;",
+        "      if (K == 0) { memset(Cm + b*M*N, 0, (size_t)(M*N) * sizeof(*Cm)); continue; }",
+        f"      ((disc_{fn}_fn)env->{fn})(101, {ta}, {tb}, M, N, K, 1, A + b*M*K, "
+        f"{'K' if ta == 111 else 'M'}, Bm + b*K*N, {'N' if tb == 111 else 'K'}, 0, "
+        "Cm + b*M*N, N);",
+        "    }",
+        "  }",
+    ]

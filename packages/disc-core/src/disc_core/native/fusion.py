@@ -1,0 +1,330 @@
+"""Fusion planning: partition a graph into fused kernels, library calls and aliases.
+
+Placement: ``dot_general`` goes to BLAS (a library call), ``reshape`` of a contiguous buffer
+is a zero-copy alias, everything else memory-bound is generated code. A fused kernel has an
+iteration *space* (the shape of its root) viewed as rows x an innermost column dim:
+
+* ``loop``: elementwise, broadcast, transpose, convert, iota chains;
+* ``row``: reductions over the innermost dim together with their producers, and consumers
+  that broadcast the reduced rows back (stitch fusion: softmax, LayerNorm, RMSNorm and their
+  backward passes are one kernel, the row stays in cache between phases);
+* ``column``: a reduction over the leading dims with its elementwise producers.
+
+Every value a kernel touches carries a *dim map*: for each of its dims, the kernel dim it
+follows, or None where it is broadcast. Dims that are structurally equal (after shape
+propagation: provably equal) map without index arithmetic; a symbolic dim that may be an
+implicit broadcast at run time (a broadcast_in_dim operand dim that is a different symbol
+from the result dim) makes the kernel *speculative*: the host picks the contiguous version
+when the dims agree and a strided one otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import Graph, Op, Value
+
+DimMap = tuple[int | None, ...]
+
+
+class NativeUnsupported(Exception):
+    """The native engine has no code path for part of the graph (the reason says which)."""
+
+
+FUSIBLE_ELEMENTWISE_TRAIT = "elementwise"
+DUPLICABLE = {"constant", "iota", "get_dimension_size"}
+SHAPE_ONLY = {"get_dimension_size"}  # read only the operand's shape, never its data
+
+
+@dataclass
+class Kernel:
+    id: int
+    kind: str  # "loop" | "row" | "column"
+    space: tuple  # tuple[Expr, ...]: the iteration space
+    ops: list[Op] = field(default_factory=list)  # computed inside, topological order
+    maps: dict[int, DimMap] = field(default_factory=dict)  # id(value) -> dim map
+    inputs: list[Value] = field(default_factory=list)  # materialized values read
+    outputs: list[Value] = field(default_factory=list)  # values written to memory
+    # (consumer op id, operand index) -> dim map used to read a materialized operand
+    reads: dict[tuple[int, int], DimMap] = field(default_factory=dict)
+    # materialized reads whose dims may be implicitly broadcast at run time:
+    # (consumer op id, operand index) -> {operand dim: kernel dim}
+    maybe_broadcast: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        return len(self.space)
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.maybe_broadcast)
+
+    @property
+    def reductions(self) -> list[Op]:
+        return [op for op in self.ops if op.name == "reduce"]
+
+
+@dataclass
+class LibraryCall:
+    op: Op
+
+
+@dataclass
+class Alias:
+    """``result`` shares the buffer of ``source`` (a reshape of contiguous memory)."""
+
+    op: Op
+
+
+Step = Kernel | LibraryCall | Alias
+
+
+@dataclass
+class FusionPlan:
+    steps: list[Step]
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    def summary(self) -> dict[str, int]:
+        kinds: dict[str, int] = {}
+        for s in self.steps:
+            name = s.kind if isinstance(s, Kernel) else type(s).__name__.lower()
+            kinds[name] = kinds.get(name, 0) + 1
+        return kinds
+
+
+# -- operand dim maps: how each op's operands index the kernel space --------------------
+
+def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
+                ) -> tuple[DimMap, dict[int, int]]:
+    """The dim map operand ``i`` needs so that ``op``'s result follows ``result_map``.
+
+    Also returns the operand dims that might be implicit broadcasts at run time.
+    """
+    v = op.operands[i]
+    name = op.name
+    if op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT):
+        return (result_map if v.rank else ()), {}
+    if name == "broadcast_in_dim":
+        dims = op.attrs["broadcast_dimensions"]
+        out: list[int | None] = []
+        maybe: dict[int, int] = {}
+        res_shape = op.results[0].shape
+        for j, d in enumerate(dims):
+            od, rd = v.shape[j], res_shape[d]
+            if od == rd:
+                out.append(result_map[d])
+            elif od.is_const and od.value == 1:
+                out.append(None)
+            else:  # symbolic operand dim: equal or 1 at run time
+                out.append(result_map[d])
+                if result_map[d] is not None:
+                    maybe[j] = result_map[d]  # type: ignore[assignment]
+        return tuple(out), maybe
+    if name == "transpose":
+        perm = op.attrs["permutation"]
+        out2: list[int | None] = [None] * v.rank
+        for k, p in enumerate(perm):
+            out2[p] = result_map[k]
+        return tuple(out2), {}
+    if name == "reduce":
+        axes = sorted(op.attrs["axes"])
+        kept = iter(result_map)
+        missing = iter(d for d in range(kernel_rank) if d not in result_map)
+        return tuple(next(missing) if j in axes else next(kept) for j in range(v.rank)), {}
+    raise NativeUnsupported(f"{name} cannot be fused")
+
+
+def _fusible(op: Op) -> bool:
+    return (op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT) or op.name in DUPLICABLE
+            or op.name in ("broadcast_in_dim", "transpose", "reduce"))
+
+
+# -- planning -----------------------------------------------------------------------------
+
+def plan_fusion(graph: Graph) -> FusionPlan:
+    """Walk the graph backwards; every value some step must read (or the graph returns)
+    roots a step, and kernels absorb producers whose every user they contain."""
+    users = graph.users()
+    needed: set[int] = {id(v) for v in graph.outputs}
+    steps_rev: list[Step] = []
+    for op in reversed(graph.ops):
+        if not any(id(r) in needed for r in op.results) or op.name == "constant":
+            continue  # fused into every consumer, dead, or a static array (constants)
+        if op.name == "dot_general":
+            step: Step = LibraryCall(op)
+            reads = list(op.operands)
+        elif op.name == "reshape":
+            step = Alias(op)
+            reads = list(op.operands)
+        elif _fusible(op):
+            step = _grow_kernel(op, users, needed)
+            reads = step.inputs
+        else:
+            raise NativeUnsupported(f"op {op.name} has no native code path yet")
+        needed.update(id(v) for v in reads)
+        steps_rev.append(step)
+    steps = steps_rev[::-1]
+    for n, k in enumerate(s for s in steps if isinstance(s, Kernel)):
+        k.id = n
+    return FusionPlan(steps)
+
+
+def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
+    """Kernel kind, iteration space and the root's dim map for a kernel rooted at ``op``."""
+    if op.name != "reduce":
+        shape = op.results[0].shape
+        return "loop", shape, tuple(range(len(shape)))
+    x = op.operands[0]
+    axes = sorted(op.attrs["axes"])
+    n = x.rank
+    if not axes:
+        raise NativeUnsupported("reduce over no axes should have been canonicalized away")
+    if axes == [n - 1]:
+        return "row", x.shape, tuple(range(n - 1))
+    if axes == list(range(len(axes))) and len(axes) < n:
+        # column reduction: the kept trailing dims are the kernel's columns; the reduced
+        # leading dims are flattened into rows
+        return "column", x.shape, tuple(range(len(axes), n))
+    if len(axes) == 1:
+        # row schedule over a middle axis: it becomes the kernel's innermost dim (strided)
+        a = axes[0]
+        space = tuple(d for j, d in enumerate(x.shape) if j != a) + (x.shape[a],)
+        return "row", space, tuple(range(n - 1))
+    raise NativeUnsupported(f"reduce over axes {axes} of a rank-{n} tensor: split it into "
+                            f"single-axis reductions first (lower.split_reductions)")
+
+
+def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int]) -> Kernel:
+    """Absorb producers to a fixpoint: an op joins once every user of its result has joined
+    and all of them index it the same way; then record how the kernel reads the rest."""
+    if root.name == "reduce" and sorted(root.attrs["axes"]) == list(range(root.operands[0].rank)):
+        kind, space, root_map = _full_reduction(root)
+    else:
+        kind, space, root_map = _root_space(root)
+    k = Kernel(id=0, kind=kind, space=space)
+    k.maps[id(root.results[0])] = root_map
+    k.outputs.append(root.results[0])
+    members: dict[int, Op] = {id(root): root}
+    changed = True
+    while changed:
+        changed = False
+        for op in list(members.values()):
+            for v in (() if op.name in SHAPE_ONLY else op.operands):
+                p = v.producer
+                if p is None or id(p) in members:
+                    continue
+                need = _agreed_map(k, v, users, members)
+                if need is not None and _can_join(k, p, v, need, users, needed, members):
+                    members[id(p)] = p
+                    k.maps[id(v)] = need
+                    changed = True
+    k.ops = _topo(list(members.values()))
+    for op in k.ops:
+        for i, v in enumerate(() if op.name in SHAPE_ONLY else op.operands):
+            if v.producer is not None and id(v.producer) in members:
+                continue
+            need, maybe = operand_map(op, i, k.maps[id(op.results[0])], k.rank)
+            k.reads[(id(op), i)] = need
+            mapped = {j: d for j, d in enumerate(need) if d is not None and j not in maybe}
+            if any(v.shape[j] != k.space[d] for j, d in mapped.items()):
+                raise NativeUnsupported(f"{op.name} reads operand #{i} with dims that do "
+                                        f"not follow the kernel space")
+            if maybe:
+                k.maybe_broadcast[(id(op), i)] = maybe
+            if v not in k.inputs:
+                k.inputs.append(v)
+    _check_kernel(k)
+    return k
+
+
+def _agreed_map(k: Kernel, v: Value, users: dict[Value, list[Op]], members: dict[int, Op]
+                ) -> DimMap | None:
+    """The one dim map every member user needs for ``v`` (None if they disagree or one may
+    be an implicit broadcast)."""
+    need: DimMap | None = None
+    for u in users.get(v, []):
+        if id(u) not in members:
+            continue
+        for i, w in enumerate(u.operands):
+            if w is not v:
+                continue
+            m, maybe = operand_map(u, i, k.maps[id(u.results[0])], k.rank)
+            if maybe or (need is not None and m != need):
+                return None
+            need = m
+    return need
+
+
+def _full_reduction(root: Op) -> tuple[str, tuple, DimMap]:
+    """reduce over every axis: a single row over the flattened operand."""
+    x = root.operands[0]
+    if x.rank != 1:
+        raise NativeUnsupported("full reductions of rank > 1 need a reshape to rank 1 first")
+    return "row", x.shape, ()
+
+
+def _dims_agree(v: Value, m: DimMap, space: tuple) -> bool:
+    """Every mapped dim of ``v`` is provably the kernel dim it follows."""
+    return all(d is None or v.shape[j] == space[d] for j, d in enumerate(m))
+
+
+def _duplicable(p: Op) -> bool:
+    """Ops recomputed in every kernel that reads them rather than materialized."""
+    if p.name in DUPLICABLE:
+        return True
+    src = p.operands[0].producer if p.name == "broadcast_in_dim" else None
+    return src is not None and src.name in DUPLICABLE
+
+
+def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[Op]],
+              needed: set[int], members: dict[int, Op]) -> bool:
+    if not _fusible(p) or not _dims_agree(v, need, k.space):
+        return False
+    if _duplicable(p):
+        return p.name != "constant" or not p.results[0].rank
+    if id(v) in needed or any(id(u) not in members for u in users.get(v, [])):
+        return False
+    if p.name == "reduce":
+        n = k.rank
+        axes = sorted(p.attrs["axes"])
+        if k.kind == "column" or n == 0 or axes != [p.operands[0].rank - 1]:
+            return False
+        if need != tuple(range(n - 1)):  # rows of the result must be the kernel's rows
+            return False
+        if p.operands[0].shape[-1] != k.space[-1]:  # the reduced dim is the kernel's column
+            return False
+        k.kind = "row"
+    return True
+
+
+def _topo(ops: list[Op]) -> list[Op]:
+    ids = {id(op) for op in ops}
+    seen: set[int] = set()
+    out: list[Op] = []
+
+    def visit(op: Op) -> None:
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for v in op.operands:
+            if v.producer is not None and id(v.producer) in ids:
+                visit(v.producer)
+        out.append(op)
+
+    for op in ops:
+        visit(op)
+    return out
+
+
+def _check_kernel(k: Kernel) -> None:
+    """Row kernels reduce the innermost dim only; column kernels hold one reduction."""
+    n = k.rank
+    for op in k.reductions:
+        m = k.maps[id(op.operands[0])] if id(op.operands[0]) in k.maps else None
+        if k.kind == "row" and op is not k.ops[-1] and m is not None and m[-1] != n - 1:
+            raise NativeUnsupported("row kernel with a non-innermost reduction")
+    if k.kind == "column" and len(k.reductions) != 1:
+        raise NativeUnsupported("column kernels hold exactly one reduction")

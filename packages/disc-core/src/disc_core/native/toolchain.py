@@ -1,0 +1,76 @@
+"""The system C compiler: found once, invoked with the flags every module is built with."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fwrapv",
+         "-fno-math-errno")
+
+
+class CompilerNotFound(RuntimeError):
+    """No C compiler: the native engine is unavailable (DISC falls back to the interpreter)."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: str
+    version: str
+
+    @property
+    def target(self) -> str:
+        """Identifies the code a module holds: changes when the compiler or CPU does."""
+        ident = f"{self.version}|{' '.join(FLAGS)}|{_cpu_flags()}"
+        return f"native-{platform.machine()}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+    def compile(self, source: str, out: Path, *, vector_report: bool = False
+                ) -> tuple[float, str]:
+        """Build ``source`` into the shared object ``out``; returns (seconds, report)."""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="disc-cc-") as tmp:
+            src = Path(tmp) / "module.c"
+            src.write_text(source)
+            cmd = [self.cc, *FLAGS, str(src), "-o", str(out), "-lm"]
+            if vector_report:
+                cmd.insert(1, "-fopt-info-vec-optimized")
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"C compiler failed ({self.cc}):\n{proc.stderr[-4000:]}")
+        return seconds, proc.stderr
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return hashlib.sha256(line.encode()).hexdigest()[:12]
+    except OSError:
+        pass
+    return platform.processor()
+
+
+@functools.lru_cache(maxsize=4)
+def find_toolchain(cc: str | None = None) -> Toolchain:
+    """The compiler from DISC_CC or CC, else cc/gcc/clang on PATH."""
+    for cand in [cc, os.environ.get("DISC_CC"), os.environ.get("CC"), "cc", "gcc", "clang"]:
+        if not cand:
+            continue
+        path = shutil.which(cand)
+        if path:
+            proc = subprocess.run([path, "--version"], capture_output=True, text=True)
+            if proc.returncode == 0:
+                return Toolchain(path, proc.stdout.splitlines()[0] if proc.stdout else path)
+    raise CompilerNotFound("no C compiler found (set CC or install gcc); DISC runs graphs "
+                           "with the reference interpreter instead")
