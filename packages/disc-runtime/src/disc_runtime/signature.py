@@ -131,7 +131,26 @@ class Signature:
         symbol bindings, e.g. ``{"B": 4, "S": 5}``. Raises :class:`InputError` naming the
         input by index and name and saying what was expected.
         """
+        fast = _fast_check(self._plan(), arrays)
+        if fast is not None:
+            return fast
         return _check(self.inputs, arrays, {}, role="input", error=InputError)
+
+    def _plan(self) -> tuple:
+        """Per input: (dtype name, rank, static (axis, size) pairs, symbol (axis, name) pairs).
+
+        Built once: validation then is a tight loop, since it runs on every call and per-call
+        overhead on small tensors matters; the slow path only runs to word an error.
+        """
+        plan = self.__dict__.get("_plan_cache")
+        if plan is None:
+            plan = tuple(
+                (spec.dtype, spec.rank,
+                 tuple((a, d) for a, d in enumerate(spec.dims) if dim_kind(d) == "static"),
+                 tuple((a, d) for a, d in enumerate(spec.dims) if dim_kind(d) == "symbol"))
+                for spec in self.inputs)
+            object.__setattr__(self, "_plan_cache", plan)
+        return plan
 
     def check_outputs(
         self, arrays: Sequence[Any], bindings: Mapping[str, int], *, error: type[Exception]
@@ -141,6 +160,24 @@ class Signature:
         Symbols that appear only in outputs (data-dependent sizes) bind freely.
         """
         return _check(self.outputs, arrays, dict(bindings), role="output", error=error)
+
+
+def _fast_check(plan: tuple, arrays: Sequence[Any]) -> dict[str, int] | None:
+    """Bindings if every input matches, None if anything is off (the caller words it)."""
+    if len(arrays) != len(plan):
+        return None
+    bindings: dict[str, int] = {}
+    for (dtype, rank, statics, symbols), arr in zip(plan, arrays):
+        shape = arr.shape
+        if len(shape) != rank or arr.dtype.name != dtype:
+            return None
+        for axis, size in statics:
+            if shape[axis] != size:
+                return None
+        for axis, sym in symbols:
+            if bindings.setdefault(sym, shape[axis]) != shape[axis]:
+                return None
+    return bindings
 
 
 def _check(
