@@ -137,6 +137,8 @@ class _KernelEmitter:
             self.params.append((v, f"in{i}"))
         self.pname = {id(v): name for v, name in self.params}
         self.var: dict[int, str] = {}
+        self.scope: set[int] = set()  # inner-loop values already computed in this loop
+        self.counter = 0
 
     # names ----------------------------------------------------------------------------
     def fn_name(self, variant: str) -> str:
@@ -214,25 +216,30 @@ class _KernelEmitter:
         lines.append("  #pragma omp parallel for if (parallel) schedule(static)")
         lines.append("  for (int64_t r = 0; r < R; ++r) {")
         lines += ["    " + s for s in self.row_decomposition()]
-        self.var = {}
+        self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
         done: set[int] = set()
         for red in reductions:
             lines += ["    " + s for s in self.row_level(done)]
             lines += ["    " + s for s in self.reduction_phase(red, done)]
         lines += ["    " + s for s in self.row_level(done)]
-        root = k.outputs[0]
-        if k.kind == "row" and root.producer is not None and root.producer.name == "reduce":
-            lines.append(f"    out0[r] = {self.var[id(root)]};")
-        elif k.kind == "row" and not self._inner(root):
-            lines.append(f"    out0[r] = {self.var[id(root)]};")
-        else:
+        full = []
+        for j, o in enumerate(k.outputs):
+            if self._inner(o):
+                full.append((j, o))
+            else:  # one value per row (a reduction or something computed from them)
+                lines.append(f"    out{j}[{self.offset(o, k.maps[id(o)], {})}] = "
+                             f"{self.var[id(o)]};")
+        if full:
+            self.scope = set()
             lines.append("    #pragma omp simd")
             lines.append("    for (int64_t c = 0; c < C; ++c) {")
-            body, var = self.compute_cone(root, done)
-            lines += ["      " + s for s in body]
-            lines.append(f"      out0[r*C + c] = {var};")
+            for j, o in full:
+                body, var = self.compute_cone(o, done)
+                lines += ["      " + s for s in body]
+                lines.append(f"      out{j}[{self.offset(o, k.maps[id(o)], {})}] = {var};")
             lines.append("    }")
+            self.scope = set()
         lines.append("  }")
         return "\n".join(lines) + "\n"
 
@@ -274,18 +281,22 @@ class _KernelEmitter:
         kind = red.attrs["kind"]
         v = red.results[0]
         dt = v.dtype
-        acc = f"acc{len(done)}_{id(v) % 100000}"
+        self.counter += 1
+        acc = f"acc{self.counter}"
         out = [f"{ctype(dt)} {acc} = {_identity(kind, dt)};"]
         pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})"}.get(kind)
         out.append("#pragma omp simd" + (f" {pragma}" if pragma else ""))
         out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
+        self.scope = set()
         body, x = self.operand_cone(red, 0, done)
         out += ["  " + s for s in body]
         out.append("  " + _combine(kind, dt, acc, x))
         out.append("}")
         self.var = saved
-        name = f"v{len(self.var)}_{id(v) % 100000}"
+        self.scope = set()
+        self.counter += 1
+        name = f"r{self.counter}"
         out.append(f"const {ctype(dt)} {name} = {acc};")
         self.var[id(v)] = name
         done.add(id(v))
@@ -298,7 +309,8 @@ class _KernelEmitter:
 
     def compute_cone(self, v: Value, done: set[int]) -> tuple[list[str], str]:
         """Statements computing ``v`` inside the column loop (row-level values reused)."""
-        if id(v) in self.var and (id(v) in done or not self._inner(v)):
+        if id(v) in self.var and (id(v) in done or id(v) in self.scope
+                                  or not self._inner(v)):
             return [], self.var[id(v)]
         lines: list[str] = []
         needed = self._cone(v, done)
@@ -313,7 +325,8 @@ class _KernelEmitter:
 
         def visit(val: Value) -> None:
             p = val.producer
-            if p is None or id(p) not in members or id(val) in done or id(p) in seen:
+            if (p is None or id(p) not in members or id(val) in done or id(val) in self.scope
+                    or id(p) in seen):
                 return
             seen.add(id(p))
             for j, w in enumerate(() if p.name in SHAPE_ONLY else p.operands):
@@ -332,8 +345,10 @@ class _KernelEmitter:
             else:
                 args.append(self.var[id(op.operands[i])])
         expr = self.expr(op, args)
-        name = f"v{len(self.var)}"
+        self.counter += 1
+        name = f"v{self.counter}"
         self.var[id(r)] = name
+        self.scope.add(id(r))
         return f"const {ctype(r.dtype)} {name} = {expr};"
 
     def expr(self, op: Op, args: list[str]) -> str:
@@ -356,8 +371,8 @@ class _KernelEmitter:
     # column reductions ----------------------------------------------------------------
     def column_body(self) -> str:
         k = self.k
-        red = k.ops[-1]
-        a = len(red.attrs["axes"])
+        reds = [o.producer for o in k.outputs]
+        a = len(reds[0].attrs["axes"])  # type: ignore[union-attr]
         rows = product(k.space[:a])
         cols = product(k.space[a:])
         for (op_id, i), m in k.reads.items():
@@ -366,32 +381,36 @@ class _KernelEmitter:
                   or m == tuple(range(a, self.n)))
             if not ok:
                 raise NativeUnsupported("column reduction reads a broadcast operand")
-        kind = red.attrs["kind"]
-        dt = red.results[0].dtype
-        self.var = {}
-        body, x = self._column_cone(red, rows, cols)
+        self.var, self.scope = {}, set()
+        init, body, store = [], [], []
+        for j, red in enumerate(reds):
+            kind = red.attrs["kind"]  # type: ignore[union-attr]
+            dt = red.results[0].dtype  # type: ignore[union-attr]
+            init += [f"    {ctype(dt)} acc{j}[256];",
+                     f"    for (int64_t c = c0; c < c1; ++c) acc{j}[c - c0] = "
+                     f"{_identity(kind, dt)};"]
+            cone, x = self._column_cone(red)  # type: ignore[arg-type]
+            body += cone + [_combine(kind, dt, f"acc{j}[c - c0]", x)]
+            store.append(f"    for (int64_t c = c0; c < c1; ++c) out{j}[c] = acc{j}[c - c0];")
         lines = [
             f"  const int64_t R = {self.dim(rows)};",
             f"  const int64_t C = {self.dim(cols)};",
             "  #pragma omp parallel for if (parallel) schedule(static)",
             "  for (int64_t c0 = 0; c0 < C; c0 += 256) {",
             "    const int64_t c1 = c0 + 256 < C ? c0 + 256 : C;",
-            f"    {ctype(dt)} acc[256];",
-            f"    for (int64_t c = c0; c < c1; ++c) acc[c - c0] = {_identity(kind, dt)};",
+            *init,
             "    for (int64_t r = 0; r < R; ++r) {",
             "      #pragma omp simd",
             "      for (int64_t c = c0; c < c1; ++c) {",
             *["        " + s for s in body],
-            "        " + _combine(kind, dt, "acc[c - c0]", x),
             "      }",
             "    }",
-            "    for (int64_t c = c0; c < c1; ++c) out0[c] = acc[c - c0];",
+            *store,
             "  }",
         ]
         return "\n".join(lines) + "\n"
 
-    def _column_cone(self, red: Op, rows: Expr, cols: Expr) -> tuple[list[str], str]:
-        self._col = True
+    def _column_cone(self, red: Op) -> tuple[list[str], str]:
         saved_read = self.read
 
         def read(op: Op, i: int) -> str:
@@ -531,20 +550,23 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
     for n, s in enumerate(plan.steps):
         if isinstance(s, Alias):
             continue
-        res = s.outputs[0] if isinstance(s, Kernel) else s.op.results[0]
-        g = bufs.group(res)
-        if id(g) in storage:
-            continue
-        reusable = [sl for last, sl in free_after if last < n]
-        if reusable:
-            sl = reusable[0]
-            free_after = [(la, x) for la, x in free_after if x != sl]
-        else:
-            sl = len(slots)
-            slots.append([])
-        slots[sl].append(g)
-        slot_of[id(g)] = sl
-        free_after.append((last_use.get(id(g), n), sl))
+        produced = s.outputs if isinstance(s, Kernel) else s.op.results
+        taken: set[int] = set()  # a step's outputs never share a slot with each other
+        for res in produced:
+            g = bufs.group(res)
+            if id(g) in storage:
+                continue
+            reusable = [sl for last, sl in free_after if last < n and sl not in taken]
+            if reusable:
+                sl = reusable[0]
+                free_after = [(la, x) for la, x in free_after if x != sl]
+            else:
+                sl = len(slots)
+                slots.append([])
+            slots[sl].append(g)
+            slot_of[id(g)] = sl
+            taken.add(sl)
+            free_after.append((last_use.get(id(g), n), sl))
     for sl, members in enumerate(slots):
         size = smax(*[product(v.shape) * v.dtype.itemsize for v in members]) if members else 0
         w(f"  const int64_t slot{sl}_bytes = (({syms.c(size)}) + 63) / 64 * 64;")

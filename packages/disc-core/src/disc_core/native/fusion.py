@@ -144,13 +144,20 @@ def _fusible(op: Op) -> bool:
 
 # -- planning -----------------------------------------------------------------------------
 
-def plan_fusion(graph: Graph) -> FusionPlan:
+def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
     """Walk the graph backwards; every value some step must read (or the graph returns)
-    roots a step, and kernels absorb producers whose every user they contain."""
+    roots a step. Kernels absorb producers whose users they contain; a producer whose value
+    is also needed elsewhere joins as an extra output (multi-output fusion) when that cannot
+    create a cycle. Independent kernels over the same space are then merged (horizontal
+    fusion) and the steps ordered by their data dependencies."""
     users = graph.users()
     needed: set[int] = {id(v) for v in graph.outputs}
+    fused: set[int] = set()
+    ancestors = _ancestors(graph)
     steps_rev: list[Step] = []
     for op in reversed(graph.ops):
+        if id(op) in fused:
+            continue
         if not any(id(r) in needed for r in op.results) or op.name == "constant":
             continue  # fused into every consumer, dead, or a static array (constants)
         if op.name == "dot_general":
@@ -160,16 +167,131 @@ def plan_fusion(graph: Graph) -> FusionPlan:
             step = Alias(op)
             reads = list(op.operands)
         elif _fusible(op):
-            step = _grow_kernel(op, users, needed)
+            step = _grow_kernel(op, users, needed, ancestors)
+            fused.update(id(o) for o in step.ops if o.name not in DUPLICABLE)
             reads = step.inputs
         else:
             raise NativeUnsupported(f"op {op.name} has no native code path yet")
         needed.update(id(v) for v in reads)
         steps_rev.append(step)
-    steps = steps_rev[::-1]
+    steps = _order_steps(steps_rev[::-1])
+    if horizontal:
+        steps = _order_steps(_merge_horizontally(steps))
     for n, k in enumerate(s for s in steps if isinstance(s, Kernel)):
         k.id = n
     return FusionPlan(steps)
+
+
+def _ancestors(graph: Graph) -> dict[int, int]:
+    """id(op) -> bitmask of the ops it depends on (graph.ops positions)."""
+    pos = {id(op): n for n, op in enumerate(graph.ops)}
+    anc: dict[int, int] = {}
+    for op in graph.ops:
+        mask = 0
+        for v in op.operands:
+            p = v.producer
+            if p is not None:
+                mask |= anc[id(p)] | (1 << pos[id(p)])
+        anc[id(op)] = mask
+    anc["pos"] = pos  # type: ignore[index]
+    return anc
+
+
+def _step_values(s: Step) -> tuple[list[Value], list[Value]]:
+    """(values the step reads, values it produces)."""
+    if isinstance(s, Kernel):
+        return s.inputs, s.outputs
+    return list(s.op.operands), list(s.op.results)
+
+
+def _order_steps(steps: list[Step]) -> list[Step]:
+    """Topological order of steps by the values they exchange, stable otherwise."""
+    producer: dict[int, int] = {}
+    for n, s in enumerate(steps):
+        for v in _step_values(s)[1]:
+            producer[id(v)] = n
+    deps = [{producer[id(v)] for v in _step_values(s)[0] if id(v) in producer} - {n}
+            for n, s in enumerate(steps)]
+    out: list[int] = []
+    state = [0] * len(steps)
+
+    def visit(n: int) -> None:
+        if state[n] == 2:
+            return
+        if state[n] == 1:
+            raise NativeUnsupported("fusion produced a cycle between kernels")
+        state[n] = 1
+        for d in sorted(deps[n]):
+            visit(d)
+        state[n] = 2
+        out.append(n)
+
+    for n in range(len(steps)):
+        visit(n)
+    return [steps[n] for n in out]
+
+
+def _merge_horizontally(steps: list[Step]) -> list[Step]:
+    """Merge independent kernels of the same kind over the same space into one.
+
+    Saves a pass over shared inputs and a kernel launch (e.g. LayerNorm backward's dgamma
+    and dbeta column reductions become one kernel)."""
+    reach = _step_reachability(steps)
+    merged: list[Step] = []
+    absorbed: set[int] = set()
+    for n, s in enumerate(steps):
+        if n in absorbed:
+            continue
+        if isinstance(s, Kernel) and s.kind in ("column", "row", "loop"):
+            group = [n]
+            for m in range(n + 1, len(steps)):
+                t = steps[m]
+                if (m in absorbed or not isinstance(t, Kernel) or t.kind != s.kind
+                        or tuple(t.space) != tuple(s.space)):
+                    continue
+                if any(reach[g] >> m & 1 or reach[m] >> g & 1 for g in group):
+                    continue
+                group.append(m)
+            if len(group) > 1:
+                s = _merge([steps[g] for g in group])  # type: ignore[misc]
+                absorbed.update(group)
+        merged.append(s)
+    return merged
+
+
+def _step_reachability(steps: list[Step]) -> list[int]:
+    """reach[n] = bitmask of steps that step n depends on, transitively."""
+    producer: dict[int, int] = {}
+    for n, s in enumerate(steps):
+        for v in _step_values(s)[1]:
+            producer[id(v)] = n
+    reach = [0] * len(steps)
+    for n, s in enumerate(steps):  # steps are topologically ordered
+        for v in _step_values(s)[0]:
+            p = producer.get(id(v))
+            if p is not None and p != n:
+                reach[n] |= reach[p] | (1 << p)
+    return reach
+
+
+def _merge(kernels: list[Kernel]) -> Kernel:
+    first = kernels[0]
+    k = Kernel(id=0, kind=first.kind, space=first.space)
+    seen: set[int] = set()
+    for part in kernels:
+        for op in part.ops:
+            if id(op) not in seen:
+                seen.add(id(op))
+                k.ops.append(op)
+        k.maps.update(part.maps)
+        k.reads.update(part.reads)
+        k.maybe_broadcast.update(part.maybe_broadcast)
+        for v in part.inputs:
+            if v not in k.inputs:
+                k.inputs.append(v)
+        k.outputs.extend(part.outputs)
+    k.ops = _topo(k.ops)
+    return k
 
 
 def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
@@ -197,7 +319,8 @@ def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
                             f"single-axis reductions first (lower.split_reductions)")
 
 
-def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int]) -> Kernel:
+def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
+                 ancestors: dict) -> Kernel:
     """Absorb producers to a fixpoint: an op joins once every user of its result has joined
     and all of them index it the same way; then record how the kernel reads the rest."""
     if root.name == "reduce" and sorted(root.attrs["axes"]) == list(range(root.operands[0].rank)):
@@ -217,9 +340,14 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int]) -> Ke
                 if p is None or id(p) in members:
                     continue
                 need = _agreed_map(k, v, users, members)
-                if need is not None and _can_join(k, p, v, need, users, needed, members):
+                if need is None:
+                    continue
+                verdict = _can_join(k, p, v, need, users, needed, members, root, ancestors)
+                if verdict:
                     members[id(p)] = p
                     k.maps[id(v)] = need
+                    if verdict == "output":
+                        k.outputs.append(v)
                     changed = True
     k.ops = _topo(list(members.values()))
     for op in k.ops:
@@ -280,13 +408,14 @@ def _duplicable(p: Op) -> bool:
 
 
 def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[Op]],
-              needed: set[int], members: dict[int, Op]) -> bool:
+              needed: set[int], members: dict[int, Op], root: Op, ancestors: dict
+              ) -> bool | str:
+    """False, True (fuse) or "output" (fuse and also write ``v``: multi-output fusion)."""
     if not _fusible(p) or not _dims_agree(v, need, k.space):
         return False
     if _duplicable(p):
         return p.name != "constant" or not p.results[0].rank
-    if id(v) in needed or any(id(u) not in members for u in users.get(v, [])):
-        return False
+    becomes_row = False
     if p.name == "reduce":
         n = k.rank
         axes = sorted(p.attrs["axes"])
@@ -296,8 +425,23 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
             return False
         if p.operands[0].shape[-1] != k.space[-1]:  # the reduced dim is the kernel's column
             return False
+        becomes_row = True
+    external = [u for u in users.get(v, []) if id(u) not in members]
+    verdict: bool | str = True
+    if id(v) in needed or external:
+        # written by this kernel for its other readers: only in a layout the kernel writes
+        # (full rows, or one value per row in a row kernel), and only if no other reader
+        # is an ancestor of the kernel (that would make a cycle)
+        pos = ancestors["pos"]
+        row_level = (k.kind == "row" or becomes_row) and need == tuple(range(k.rank - 1))
+        if k.kind == "column" or not (need == tuple(range(k.rank)) or row_level):
+            return False
+        if any(ancestors[id(root)] >> pos[id(u)] & 1 for u in external):
+            return False
+        verdict = "output"
+    if becomes_row:
         k.kind = "row"
-    return True
+    return verdict
 
 
 def _topo(ops: list[Op]) -> list[Op]:
@@ -320,11 +464,12 @@ def _topo(ops: list[Op]) -> list[Op]:
 
 
 def _check_kernel(k: Kernel) -> None:
-    """Row kernels reduce the innermost dim only; column kernels hold one reduction."""
+    """Row kernels reduce the innermost dim only; column kernels write only reductions."""
     n = k.rank
     for op in k.reductions:
         m = k.maps[id(op.operands[0])] if id(op.operands[0]) in k.maps else None
         if k.kind == "row" and op is not k.ops[-1] and m is not None and m[-1] != n - 1:
             raise NativeUnsupported("row kernel with a non-innermost reduction")
-    if k.kind == "column" and len(k.reductions) != 1:
-        raise NativeUnsupported("column kernels hold exactly one reduction")
+    if k.kind == "column" and any(o.producer is None or o.producer.name != "reduce"
+                                  for o in k.outputs):
+        raise NativeUnsupported("column kernels only write their reductions")
