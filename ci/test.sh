@@ -46,5 +46,40 @@ if [ ! -x "$boot/bin/tox" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${TOOLS[*]}" 
     echo "${TOOLS[*]}" >"$stamp"
 fi
 
+# CI runs the HTML coverage report in a real headless browser (disc-core's
+# tests/report/test_report_browser.py fails there without one; elsewhere it skips). Install
+# Debian's chromium when CI is set, the core env is selected (explicitly or by default) and
+# the browser is missing.
+wants_core() {
+    local envs="" next=0 arg
+    for arg in "$@"; do
+        if [ "$next" = 1 ]; then envs+=",$arg"; next=0; continue; fi
+        case "$arg" in
+            --) break ;;
+            -e|--env) next=1 ;;
+            --env=*) envs+=",${arg#--env=}" ;;
+            -e*) envs+=",${arg#-e}" ;;
+        esac
+    done
+    [ -z "$envs" ] || [[ "$envs," == *",core,"* || "$envs," == *",ALL,"* ]]
+}
+ci_set() { case "${CI:-}" in ""|0|false|False|FALSE|no) return 1 ;; esac; }
+if ci_set && [ ! -x /usr/bin/chromium ] && wants_core "$@"; then
+    echo "ci/test.sh: CI is set and /usr/bin/chromium is missing: installing Debian's chromium"
+    as_root=(env DEBIAN_FRONTEND=noninteractive)
+    [ "$(id -u)" = 0 ] || as_root=(sudo -n "${as_root[@]}")
+    log="$(dirname "$boot")/chromium-install.log"
+    started=$SECONDS
+    if { "${as_root[@]}" apt-get update -qq && \
+         "${as_root[@]}" apt-get install -y -qq chromium; } >"$log" 2>&1; then
+        echo "ci/test.sh: installed chromium in $((SECONDS - started)) s"
+    else
+        tail -n 20 "$log" >&2
+        echo "ci/test.sh: could not install chromium (needs root, or sudo without a password," \
+             "and apt); the HTML report browser test will fail. Install it with:" \
+             "apt-get install chromium" >&2
+    fi
+fi
+
 export UV_PYTHON_DOWNLOADS=never
 exec "$boot/bin/tox" run "$@"

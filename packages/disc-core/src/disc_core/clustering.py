@@ -64,6 +64,7 @@ class Support:
 
     supported: bool
     reason: str | None = None
+    code: str | None = None  # a disc_core.report.ReasonCode value, for the coverage report
 
     def __post_init__(self) -> None:
         if not self.supported and not self.reason:

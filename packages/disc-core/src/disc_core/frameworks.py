@@ -20,6 +20,15 @@ from packaging.version import InvalidVersion, Version
 __all__ = ["FrameworkRequirement", "UnsupportedFrameworkError"]
 
 
+#: Framework name (as reports spell it) -> distributions that provide it, in lookup order.
+#: The bridges' requirements and ``disc --version`` both read it.
+FRAMEWORK_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "tensorflow": ("tensorflow", "tensorflow-cpu"),
+    "paddle": ("paddlepaddle", "paddlepaddle-gpu"),
+}
+
+
 class UnsupportedFrameworkError(ImportError):
     """The framework a bridge needs is not installed, or not in its supported range."""
 

@@ -4,6 +4,7 @@ Importing it checks the installed torch version (without importing torch) and ra
 UnsupportedFrameworkError, an ImportError, when torch is missing or unsupported.
 """
 
+from disc_core import report as _report  # imported now so that DISC_REPORT=path takes effect
 from disc_torch._version_check import (
     BRIDGE_VERSION,
     SUPPORTED,
@@ -22,4 +23,14 @@ __all__ = [
     "UnsupportedFrameworkError",
     "__version__",
     "check_framework_version",
+    "report",
 ]
+
+
+def report():
+    """This process's coverage report of torch graphs: what ran compiled, what fell back, why.
+
+    A snapshot, as a ``disc_core.report.Report`` (docs/report-schema.md); later calls see later
+    graphs. ``DISC_REPORT=path`` writes the report of every bridge at exit.
+    """
+    return _report.current("torch")

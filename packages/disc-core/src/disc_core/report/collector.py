@@ -1,0 +1,213 @@
+"""The process-wide collector bridges record into, and the writer behind ``DISC_REPORT``.
+
+Bridges add a :class:`GraphReport` when they capture a graph and then record compile
+results and call timings through the returned :class:`GraphRecorder`. Two promises to the
+user's program shape this module:
+
+* Recording never slows it measurably: a call record is one lock and a few additions on
+  objects found at ``add_graph`` time; no file I/O, no allocation that grows per call.
+* Reporting never breaks it: the report is written at interpreter exit (when
+  ``DISC_REPORT=path`` is set or :func:`configure` was called) or on request, atomically
+  (temp file + rename, so a reader never sees half a file), and a failure to write is one
+  warning per process, never an exception.
+
+``DISC_REPORT`` may contain ``{pid}``, replaced at write time, so that several worker
+processes sharing one environment each write their own file (``disc report merge`` joins
+them).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import os
+import threading
+import warnings
+from pathlib import Path
+
+from .files import write_report
+from .model import ClusterRecord, GraphReport, ReasonCode, Report, RunInfo
+
+__all__ = [
+    "ENV_VAR",
+    "Collector",
+    "GraphRecorder",
+    "ReportWriteWarning",
+    "get_collector",
+    "configure",
+    "current",
+    "write",
+]
+
+ENV_VAR = "DISC_REPORT"
+
+
+class ReportWriteWarning(UserWarning):
+    """Writing the coverage report failed; the program itself is unaffected."""
+
+
+class GraphRecorder:
+    """Records what happens to one captured graph; every method is O(1) or O(cluster)."""
+
+    def __init__(self, owner: Collector, graph: GraphReport) -> None:
+        self._lock = owner._lock
+        self.graph = graph
+        self._clusters: dict[int, ClusterRecord] = {c.id: c for c in graph.clusters}
+
+    def cluster_compiled(
+        self,
+        cluster_id: int,
+        *,
+        seconds: float | None = None,
+        cache_hit: bool = False,
+        kernels: int | None = None,
+        fusions: int | None = None,
+    ) -> None:
+        """One compilation (or cache lookup) of a cluster finished."""
+        cluster = self._clusters[cluster_id]
+        with self._lock:
+            if cache_hit:
+                cluster.cache_hits += 1
+            else:
+                cluster.cache_misses += 1
+            if seconds is not None:
+                cluster.compile_seconds = (cluster.compile_seconds or 0.0) + seconds
+            if kernels is not None:
+                cluster.kernels = kernels
+            if fusions is not None:
+                cluster.fusions = fusions
+
+    def cluster_failed(self, cluster_id: int, reason: ReasonCode, detail: str) -> None:
+        """The cluster failed to compile or run; its nodes fall back from now on."""
+        with self._lock:
+            self.graph.mark_cluster_failed(cluster_id, reason, detail)
+
+    def cluster_call(self, cluster_id: int, seconds: float | None = None) -> None:
+        """One call of a compiled cluster (hot path: no I/O, constant time)."""
+        cluster = self._clusters[cluster_id]
+        with self._lock:
+            cluster.calls += 1
+            if seconds is not None:
+                cluster.seconds = (cluster.seconds or 0.0) + seconds
+
+    def graph_call(self, fallback_seconds: float | None = None) -> None:
+        """One call of the whole graph, with the time spent in fallback ops if measured."""
+        graph = self.graph
+        with self._lock:
+            graph.calls += 1
+            if fallback_seconds is not None:
+                graph.fallback_seconds = (graph.fallback_seconds or 0.0) + fallback_seconds
+
+
+class Collector:
+    """Runs and graphs of this process; thread-safe. Most code uses :func:`get_collector`."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str | None, str | None, str], RunInfo] = {}
+        self._graphs: list[GraphReport] = []
+        self._path: str | None = None
+        self._atexit = False
+        self._warned = False
+        if path is not None:
+            self.configure(path)
+
+    @property
+    def path(self) -> str | None:
+        """Where the report goes at exit (``{pid}`` not yet replaced), or None."""
+        return self._path
+
+    def configure(self, path: str | os.PathLike[str] | None) -> None:
+        """Write the report to ``path`` at interpreter exit (None: don't)."""
+        with self._lock:
+            self._path = os.fspath(path) if path is not None else None
+            if self._path is not None and not self._atexit:
+                atexit.register(self._write_at_exit)
+                self._atexit = True
+
+    def add_graph(
+        self,
+        graph: GraphReport,
+        *,
+        framework: str | None,
+        framework_version: str | None = None,
+        device: str = "cpu",
+    ) -> GraphRecorder:
+        """Take ownership of ``graph`` (its ``run`` is set here) and return its recorder."""
+        key = (framework, framework_version, device)
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = RunInfo.capture(framework, framework_version, device)
+            graph.run = run.id
+            self._graphs.append(graph)
+        return GraphRecorder(self, graph)
+
+    def report(self, framework: str | None = None) -> Report:
+        """A snapshot (a deep copy: later recording does not change it).
+
+        ``framework`` keeps only that framework's runs and graphs (the bridges' ``report()``).
+        """
+        with self._lock:
+            runs = [r for r in self._runs.values() if framework in (None, r.framework)]
+            ids = {r.id for r in runs}
+            graphs = [g for g in self._graphs if g.run in ids]
+            runs, graphs = copy.deepcopy(runs), copy.deepcopy(graphs)
+        if not runs:  # still say which process and versions produced an empty report
+            runs = [RunInfo.capture(framework)]
+        return Report(runs=runs, graphs=graphs)
+
+    def write(self, path: str | os.PathLike[str] | None = None) -> Path | None:
+        """Write the report to ``path`` (default: the configured one) now.
+
+        Returns the file written, or None when there is no path or writing failed (which
+        warns once per process with :class:`ReportWriteWarning` and never raises).
+        """
+        target = os.fspath(path) if path is not None else self._path
+        if target is None:
+            return None
+        try:
+            return write_report(self.report(), target.replace("{pid}", str(os.getpid())))
+        except Exception as exc:  # never let reporting break the user's program
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"DISC could not write its coverage report to {target}: "
+                    f"{type(exc).__name__}: {exc}",
+                    ReportWriteWarning,
+                    stacklevel=2,
+                )
+            return None
+
+    def clear(self) -> None:
+        """Forget every run and graph (tests; long-lived processes starting over)."""
+        with self._lock:
+            self._runs.clear()
+            self._graphs.clear()
+
+    def _write_at_exit(self) -> None:
+        if self._path is not None:
+            self.write()
+
+
+_collector = Collector(os.environ.get(ENV_VAR) or None)
+
+
+def get_collector() -> Collector:
+    """The process-wide collector (configured from ``DISC_REPORT`` at import)."""
+    return _collector
+
+
+def configure(path: str | os.PathLike[str] | None) -> None:
+    """Write this process's report to ``path`` at exit, as ``DISC_REPORT=path`` does."""
+    _collector.configure(path)
+
+
+def current(framework: str | None = None) -> Report:
+    """A snapshot of this process's report (optionally of one framework only)."""
+    return _collector.report(framework)
+
+
+def write(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Write this process's report now (default: the ``DISC_REPORT`` path)."""
+    return _collector.write(path)

@@ -1,0 +1,83 @@
+"""Markdown rendering, for pull requests, issues and CI job summaries.
+
+Op and node names come from user programs and may contain Markdown or HTML syntax
+(``a|b``, ``<lambda>``, ``*args``); every such string goes through :func:`md_escape` so a
+name can neither break a table nor inject markup where the Markdown is rendered.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from .model import Report
+from .render_text import describe_run, summary_line
+from .summary import format_pct, plural
+
+__all__ = ["md_escape", "render_markdown"]
+
+#: Characters with inline meaning anywhere in a line (cells and the bold summary never start
+#: a line, so block syntax such as "#" or "-" cannot trigger); <, > and & become entities.
+_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md_escape(text: str) -> str:
+    """Text that renders literally in Markdown, also inside a table cell."""
+    text = " ".join(text.split())  # a newline would end a table row
+    return _SPECIAL.sub(r"\\\1", html.escape(text, quote=False))
+
+
+def _num(value: float | int | None, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + [""]
+
+
+def render_markdown(report: Report, *, top: int = 10) -> str:
+    """A Markdown document: summary line, runs, graphs, fallbacks, clusters."""
+    summary = report.summary()
+    out = ["# DISC coverage report", "", f"**{md_escape(summary_line(summary))}**", ""]
+    if report.runs:
+        out += ["## Runs", ""]
+        out += _table(["run", "where"], [[f"`{r.id}`", md_escape(describe_run(r))]
+                                        for r in report.runs])
+    frameworks = {run.id: run.framework or "no framework" for run in report.runs}
+    if report.graphs:
+        out += ["## Graphs", ""]
+        rows = []
+        for graph in report.graphs:
+            g = graph.summary()
+            rows.append([
+                md_escape(graph.name), md_escape(frameworks.get(graph.run, "?")), str(g.ops),
+                f"{g.compiled} ({format_pct(g.compiled, g.ops)})", str(g.clusters),
+                _num(g.kernels), str(graph.calls),
+            ])
+        out += _table(["graph", "framework", "ops", "compiled", "clusters", "kernels", "calls"],
+                      rows)
+    if summary.reasons:
+        out += ["## Fallback reasons", ""]
+        out += _table(["reason", "code", "nodes"], [
+            [md_escape(reason.label), f"`{reason.value}`", str(n)]
+            for reason, n in summary.reasons.items()
+        ])
+        out += [f"## Top fallbacks ({min(top, len(summary.top_fallbacks))} of "
+                f"{plural(len(summary.top_fallbacks), 'op/reason pair')})", ""]
+        out += _table(["op", "reason", "nodes"], [
+            [md_escape(f.op), md_escape(f.reason.label), str(f.count)]
+            for f in summary.top_fallbacks[:top]
+        ])
+    clusters = [(graph, c) for graph in report.graphs for c in graph.clusters]
+    if clusters:
+        out += ["## Clusters", ""]
+        out += _table(
+            ["graph", "cluster", "nodes", "fusions", "kernels", "compile (s)", "cache hit/miss",
+             "calls", "time (s)"],
+            [[md_escape(g.name), str(c.id), str(len(c.nodes)), _num(c.fusions), _num(c.kernels),
+              _num(c.compile_seconds, "{:.3f}"), f"{c.cache_hits}/{c.cache_misses}",
+              str(c.calls), _num(c.seconds, "{:.3f}")] for g, c in clusters],
+        )
+    return "\n".join(out).rstrip("\n") + "\n"

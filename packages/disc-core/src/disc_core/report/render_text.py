@@ -1,0 +1,84 @@
+"""Terminal rendering: one summary line first, then short sections a person scans.
+
+The first line answers the question users ask first, in one breath:
+``142 ops, 138 compiled (97.2%), 3 clusters, 9 kernels; top fallbacks: aten.nonzero x2
+(data-dependent shape)``; it is also what bridges log and what CI output shows.
+"""
+
+from __future__ import annotations
+
+from .model import Report, RunInfo
+from .summary import Summary, fallback_items, format_pct, plural
+
+__all__ = ["describe_run", "render_text", "summary_line"]
+
+
+def _seconds(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.3f} s"
+
+
+def summary_line(summary: Summary, *, top: int = 3) -> str:
+    """The one-line answer: ops, compiled share, clusters, kernels, top fallbacks."""
+    if summary.graphs == 0:
+        return "no graphs captured"
+    share = format_pct(summary.compiled, summary.ops)
+    if summary.flops:
+        share += f"; {format_pct(summary.flops_compiled or 0.0, summary.flops)} of FLOPs"
+    parts = [plural(summary.ops, "op"), f"{summary.compiled} compiled ({share})"]
+    clusters = plural(summary.clusters, "cluster")
+    if summary.failed_clusters:
+        clusters += f" (+{summary.failed_clusters} failed)"
+    parts.append(clusters)
+    if summary.kernels is not None:  # "9+ kernels": some clusters have no kernel count
+        n = summary.kernels
+        parts.append(f"{n}+ kernels" if summary.kernels_partial else plural(n, "kernel"))
+    line = ", ".join(parts)
+    if summary.top_fallbacks:
+        return f"{line}; top fallbacks: {fallback_items(summary.top_fallbacks, top)}"
+    return f"{line}; no fallbacks"
+
+
+def describe_run(run: RunInfo) -> str:
+    """"torch 2.13.0 on cpu, 2025-01-01T00:00:00Z, pid 7 on host (disc-core 0.1.0, ...)"."""
+    framework = " ".join(p for p in (run.framework or "no framework", run.framework_version) if p)
+    text = f"{framework} on {run.device}, {run.started_at}"
+    if run.pid is not None:
+        text += f", pid {run.pid}" + (f" on {run.host}" if run.host else "")
+    if run.disc_versions:
+        text += " (" + ", ".join(f"{k} {v}" for k, v in run.disc_versions.items()) + ")"
+    return text
+
+
+def render_text(report: Report, *, top: int = 3) -> str:
+    """The summary line, then runs, graphs, fallback reasons and time (ends with a newline)."""
+    summary = report.summary()
+    lines = [summary_line(summary, top=top)]
+    if report.runs:
+        lines.append("runs:")
+        lines += [f"  {describe_run(run)}" for run in report.runs]
+    frameworks = {run.id: run.framework or "no framework" for run in report.runs}
+    if report.graphs:
+        lines.append("graphs:")
+        for graph in report.graphs:
+            g = graph.summary()
+            lines.append(
+                f"  {graph.name} [{frameworks.get(graph.run, '?')}]: {plural(g.ops, 'op')}, "
+                f"{g.compiled} compiled ({format_pct(g.compiled, g.ops)}), "
+                f"{plural(g.clusters, 'cluster')}, {plural(graph.calls, 'call')}"
+            )
+    if summary.reasons:
+        lines.append("fallbacks by reason:")
+        for reason, count in summary.reasons.items():
+            ops = [f"{f.op} x{f.count}" for f in summary.top_fallbacks if f.reason is reason]
+            more = f", +{len(ops) - 5} more op types" if len(ops) > 5 else ""
+            lines.append(f"  {reason.label} ({reason.value}): {count} - {', '.join(ops[:5])}{more}")
+    if summary.clusters:
+        cache = f"{plural(summary.cache_misses, 'miss', 'misses')}, "
+        cache += plural(summary.cache_hits, "hit")
+        lines.append(
+            f"compile: {_seconds(summary.compile_seconds)} ({cache}); "
+            f"clusters ran {plural(summary.cluster_calls, 'time')}, "
+            f"{_seconds(summary.cluster_seconds)}; "
+            f"fallback ops {_seconds(summary.fallback_seconds)}"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,205 @@
+"""The numbers every renderer shows, computed once so that all of them agree.
+
+"142 ops, 138 compiled (97.2%)" must read the same in the terminal, in Markdown and in
+HTML; computing it in three places would let them drift.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .model import GraphReport, ReasonCode, Status
+
+__all__ = [
+    "FallbackCount",
+    "OpCount",
+    "Summary",
+    "fallback_items",
+    "format_pct",
+    "plural",
+    "summarize",
+]
+
+
+@dataclass(frozen=True)
+class FallbackCount:
+    """How many nodes of one op type fell back for one reason."""
+
+    op: str
+    reason: ReasonCode
+    count: int
+
+
+@dataclass(frozen=True)
+class OpCount:
+    """Compiled and fallback nodes of one op type (the bar chart's rows)."""
+
+    op: str
+    compiled: int
+    fallback: int
+
+    @property
+    def total(self) -> int:
+        return self.compiled + self.fallback
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Totals over some graphs. None means "not measured", never zero."""
+
+    runs: int
+    graphs: int
+    ops: int
+    compiled: int
+    clusters: int
+    failed_clusters: int
+    kernels: int | None
+    fusions: int | None
+    #: Some clusters (not all) reported no kernel count, so ``kernels`` is a lower bound.
+    kernels_partial: bool = False
+    reasons: dict[ReasonCode, int] = field(default_factory=dict)
+    top_fallbacks: list[FallbackCount] = field(default_factory=list)
+    op_types: list[OpCount] = field(default_factory=list)
+    flops: float | None = None
+    flops_compiled: float | None = None
+    compile_seconds: float | None = None
+    cache_hits: int = 0
+    cache_misses: int = 0
+    calls: int = 0
+    cluster_calls: int = 0
+    cluster_seconds: float | None = None
+    fallback_seconds: float | None = None
+
+    @property
+    def fallback(self) -> int:
+        return self.ops - self.compiled
+
+    @property
+    def compiled_pct(self) -> float | None:
+        return 100.0 * self.compiled / self.ops if self.ops else None
+
+    @property
+    def flops_pct(self) -> float | None:
+        if not self.flops or self.flops_compiled is None:
+            return None
+        return 100.0 * self.flops_compiled / self.flops
+
+
+def _add(total: float | None, value: float | None) -> float | None:
+    if value is None:
+        return total
+    return value if total is None else total + value
+
+
+def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summary:
+    """Aggregate ``graphs``; ``runs`` defaults to the number of distinct run ids."""
+    graphs = list(graphs)
+    ops = compiled = clusters = failed = calls = cluster_calls = hits = misses = 0
+    kernels: int | None = None
+    fusions: int | None = None
+    uncounted = 0
+    flops: float | None = None
+    flops_compiled: float | None = None
+    compile_s: float | None = None
+    cluster_s: float | None = None
+    fallback_s: float | None = None
+    reasons: Counter[ReasonCode] = Counter()
+    fallbacks: Counter[tuple[str, ReasonCode]] = Counter()
+    per_op: dict[str, list[int]] = {}
+    for graph in graphs:
+        calls += graph.calls
+        fallback_s = _add(fallback_s, graph.fallback_seconds)
+        status: dict[int, Status] = {}
+        for node in graph.nodes:
+            ops += 1
+            counts = per_op.setdefault(node.op, [0, 0])
+            if node.flops is not None:
+                flops = _add(flops, node.flops)
+            if node.status is Status.COMPILED:
+                compiled += 1
+                counts[0] += 1
+                if node.flops is not None:
+                    flops_compiled = _add(flops_compiled, node.flops)
+            else:
+                counts[1] += 1
+                assert node.reason is not None
+                reasons[node.reason] += 1
+                fallbacks[node.op, node.reason] += 1
+            if node.cluster is not None:
+                status[node.cluster] = node.status
+        for cluster in graph.clusters:
+            if status.get(cluster.id, Status.COMPILED) is Status.FALLBACK:
+                failed += 1
+                continue
+            clusters += 1
+            if cluster.kernels is not None:
+                kernels = (kernels or 0) + cluster.kernels
+            else:
+                uncounted += 1
+            if cluster.fusions is not None:
+                fusions = (fusions or 0) + cluster.fusions
+            compile_s = _add(compile_s, cluster.compile_seconds)
+            cluster_s = _add(cluster_s, cluster.seconds)
+            hits += cluster.cache_hits
+            misses += cluster.cache_misses
+            cluster_calls += cluster.calls
+    if flops is not None and flops_compiled is None:
+        flops_compiled = 0.0
+    top = [
+        FallbackCount(op, reason, n)
+        for (op, reason), n in sorted(fallbacks.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+    op_types = [OpCount(op, c, f) for op, (c, f) in per_op.items()]
+    op_types.sort(key=lambda o: (-o.total, o.op))
+    return Summary(
+        runs=len({g.run for g in graphs}) if runs is None else runs,
+        graphs=len(graphs),
+        ops=ops,
+        compiled=compiled,
+        clusters=clusters,
+        failed_clusters=failed,
+        kernels=kernels,
+        fusions=fusions,
+        kernels_partial=kernels is not None and uncounted > 0,
+        reasons=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0].value))),
+        top_fallbacks=top,
+        op_types=op_types,
+        flops=flops,
+        flops_compiled=flops_compiled,
+        compile_seconds=compile_s,
+        cache_hits=hits,
+        cache_misses=misses,
+        calls=calls,
+        cluster_calls=cluster_calls,
+        cluster_seconds=cluster_s,
+        fallback_seconds=fallback_s,
+    )
+
+
+def format_pct(part: float, whole: float) -> str:
+    """``part/whole`` as "97.2%", never rounding a partial share to 0.0% or 100.0%.
+
+    "100.0% compiled" while one op still falls back would send users looking in the wrong
+    place, so shares strictly between 0 and 1 stay strictly between the two labels.
+    """
+    if not whole:
+        return "n/a"
+    pct = 100.0 * part / whole
+    text = f"{pct:.1f}%"
+    if text == "100.0%" and part < whole:
+        return "99.9%"
+    if text == "0.0%" and part > 0:
+        return "0.1%"
+    return text
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """"1 op", "2 ops" (``words`` for irregular plurals)."""
+    return f"{n} {word if n == 1 else words or word + 's'}"
+
+
+def fallback_items(items: Sequence[FallbackCount], limit: int) -> str:
+    """"aten.nonzero x2 (data-dependent shape), ..." for the first ``limit`` items."""
+    return ", ".join(f"{f.op} x{f.count} ({f.reason.label})" for f in items[:limit])
