@@ -34,7 +34,8 @@ def random_graphs(draw, max_ops: int = 10) -> Graph:
     for _ in range(draw(st.integers(1, max_ops))):
         v = draw(st.sampled_from(pool))
         kind = draw(st.sampled_from(["unary", "binary", "binary_const", "reduce", "reshape",
-                                     "broadcast", "transpose", "select"]))
+                                     "broadcast", "transpose", "select", "slice", "reverse",
+                                     "pad", "concat"]))
         if kind == "unary":
             pool.append(b.op(draw(st.sampled_from(UNARY)), v))
         elif kind == "binary":
@@ -67,6 +68,20 @@ def random_graphs(draw, max_ops: int = 10) -> Graph:
             w = draw(st.sampled_from([w for w in pool if w.type == v.type]))
             pred = b.compare(v, w, direction=draw(st.sampled_from(["lt", "ge", "eq"])))
             pool.append(b.select(pred, v, w))
+        elif kind == "slice" and v.rank:
+            strides = [draw(st.sampled_from([1, 2])) for _ in range(v.rank)]
+            pool.append(b.slice(v, start=[0] * v.rank, limit=list(v.shape), stride=strides))
+        elif kind == "reverse" and v.rank:
+            dims = sorted(draw(st.sets(st.integers(0, v.rank - 1), min_size=1)))
+            pool.append(b.reverse(v, dimensions=dims))
+        elif kind == "pad" and v.rank:
+            low = [draw(st.integers(0, 2)) for _ in range(v.rank)]
+            high = [draw(st.integers(0, 2)) for _ in range(v.rank)]
+            pool.append(b.pad(v, b.constant(np.float32(0.25)), low=low, high=high,
+                              interior=[0] * v.rank))
+        elif kind == "concat" and v.rank:
+            axis = draw(st.integers(0, v.rank - 1))
+            pool.append(b.concatenate(v, b.neg(v), dimension=axis))
     outputs = [v for v in pool if v.producer is not None] or pool[:1]
     return b.build(*outputs)
 

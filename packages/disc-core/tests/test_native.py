@@ -287,7 +287,7 @@ def test_every_elementwise_op_natively(compiler, dtype) -> None:
         check(compiler, g, xs, rtol=2e-6 if dtype == "f32" else 1e-12, atol=1e-6)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=int(os.environ.get('DISC_NATIVE_EXAMPLES', 25)), deadline=None)
 @given(random_graphs(max_ops=8), st.tuples(*[st.sampled_from([0, 1, 3, 6])] * len(SYMBOLS)))
 def test_random_graphs_match_the_interpreter(graph, values) -> None:
     default_pipeline().run(graph)
@@ -476,3 +476,29 @@ def test_horizontal_fusion_of_independent_kernels(compiler) -> None:
                                                                      axes=[1]))
     exe = check(compiler, g, [randn(7, 32), randn(7, 32)])
     assert kernels(exe) == {"row": 1}
+
+
+# -- data movement folded into indexing -------------------------------------------------------
+
+def test_slice_reverse_pad_concat_fold_into_one_kernel(compiler) -> None:
+    b = GraphBuilder("movement")
+    N, M = b.symbol("N"), b.symbol("M")
+    x, y = b.input("x", "f32", [N, M]), b.input("y", "f32", [N, 3])
+    s = b.slice(x, start=[0, 1], limit=[N, M], stride=[1, 2])  # [N, ceildiv(M - 1, 2)]
+    r = b.reverse(b.exp(s), dimensions=[0, 1])
+    c = b.concatenate(r, y, dimension=1)
+    p = b.pad(c, b.constant(np.float32(-7)), low=[1, 0], high=[0, 2], interior=[0, 0])
+    g = b.build(b.tanh(p))
+    for shape in [(3, 6), (1, 1), (0, 4), (4, 9), (2, 2)]:
+        exe = check(compiler, g, [randn(*shape), randn(shape[0], 3)])
+    assert sum(kernels(exe).values()) <= 3
+
+
+def test_negative_padding_crops(compiler) -> None:
+    b = GraphBuilder("crop")
+    N = b.symbol("N")
+    x = b.input("x", "f32", [N, 8])
+    g = b.build(b.pad(b.neg(x), b.constant(np.float32(0)), low=[0, -2], high=[0, 1],
+                      interior=[0, 0]))
+    for n in [0, 1, 5]:
+        check(compiler, g, [randn(n, 8)])

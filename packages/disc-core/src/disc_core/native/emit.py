@@ -21,7 +21,16 @@ from ..dtypes import DType
 from ..ir import Graph, Op, Value
 from ..symbolic import Expr, product, smax
 from .cexpr import ctype, dim_c, literal
-from .fusion import SHAPE_ONLY, Alias, FusionPlan, Kernel, LibraryCall, NativeUnsupported
+from .fusion import (
+    SHAPE_ONLY,
+    Aff,
+    Alias,
+    FusionPlan,
+    Kernel,
+    LibraryCall,
+    NativeUnsupported,
+    kdim,
+)
 
 ABI_VERSION = 1
 PAR_MIN = 1 << 15
@@ -196,8 +205,17 @@ class _KernelEmitter:
             stride = self.dim(st[j])
             if j in maybe and self.strided:  # dim may be 1 at run time: stride 0 then
                 stride = f"({self.dim(v.shape[j])} == 1 ? 0 : {stride})"
-            terms.append(f"{self.idx(d)}*{stride}")
-        return " + ".join(terms)
+            terms.append(f"{self.index(d)}*{stride}")
+        return " + ".join(terms) or "0"
+
+    def index(self, e: int | Aff | None) -> str:
+        """C expression of the index an entry denotes at the current loop point."""
+        if e is None:
+            return "0"
+        if isinstance(e, Aff):
+            base = f"{self.dim(e.scale)}*{self.idx(e.dim)}" if e.dim is not None else "0"
+            return f"({base} + {self.dim(e.offset)})"
+        return self.idx(e)
 
     def idx(self, d: int) -> str:
         if self.k.kind == "column":
@@ -259,7 +277,7 @@ class _KernelEmitter:
         if self.k.kind == "loop":
             return True
         m = self.k.maps.get(id(v))
-        return m is not None and (self.n - 1) in m
+        return m is not None and (self.n - 1) in {kdim(e) for e in m}
 
     def row_level(self, done: set[int]) -> list[str]:
         """Emit row-level ops (constant along the row) whose operands are available."""
@@ -352,12 +370,15 @@ class _KernelEmitter:
         return f"const {ctype(r.dtype)} {name} = {expr};"
 
     def expr(self, op: Op, args: list[str]) -> str:
-        if op.name in ("broadcast_in_dim", "transpose"):
+        if op.name in ("broadcast_in_dim", "transpose", "slice", "reverse"):
             return args[0]  # the dim map did the work
+        if op.name == "pad":
+            return self.guarded_pad(op, args)
+        if op.name == "concatenate":
+            return self.guarded_concat(op, args)
         if op.name == "iota":
             m = self.k.maps[id(op.results[0])]
-            d = m[op.attrs["dimension"]]
-            return f"({ctype(op.results[0].dtype)})({self.idx(d) if d is not None else 0})"
+            return f"({ctype(op.results[0].dtype)})({self.index(m[op.attrs['dimension']])})"
         if op.name == "constant":
             return literal(op.attrs["value"].array.item(), op.results[0].dtype)
         if op.name == "get_dimension_size":  # shape arithmetic evaluated on the host side
@@ -367,6 +388,31 @@ class _KernelEmitter:
         if text is None:
             raise NativeUnsupported(f"{op.name} on {op.operands[0].dtype.short} has no C form")
         return text
+
+    def guarded_pad(self, op: Op, args: list[str]) -> str:
+        m = self.k.maps[id(op.results[0])]
+        conds = []
+        for j, (lo, d) in enumerate(zip(op.attrs["low"], op.operands[0].shape)):
+            if lo == 0 and op.attrs["high"][j] == 0:
+                continue
+            e = self.index(m[j])
+            conds.append(f"({e}) >= {self.dim(lo)} && ({e}) < {self.dim(lo + d)}")
+        if not conds:
+            return args[0]
+        return f"(({' && '.join(conds)}) ? ({args[0]}) : ({args[1]}))"
+
+    def guarded_concat(self, op: Op, args: list[str]) -> str:
+        axis = op.attrs["dimension"]
+        e = self.index(self.k.maps[id(op.results[0])][axis])
+        out = args[-1]
+        end = product([]) * 0
+        ends = []
+        for w in op.operands[:-1]:
+            end = end + w.shape[axis]
+            ends.append(end)
+        for end, arg in reversed(list(zip(ends, args[:-1]))):
+            out = f"(({e}) < {self.dim(end)} ? ({arg}) : {out})"
+        return out
 
     # column reductions ----------------------------------------------------------------
     def column_body(self) -> str:

@@ -24,7 +24,40 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph, Op, Value
 
-DimMap = tuple[int | None, ...]
+
+@dataclass(frozen=True)
+class Aff:
+    """An affine dim-map entry: the value's index is ``scale * idx[dim] + offset``.
+
+    Slices, reversals, pads and concatenations are folded into indexing this way instead
+    of being materialized; ``dim`` None means a fixed index (``offset``)."""
+
+    dim: int | None
+    scale: object  # Expr
+    offset: object  # Expr
+
+
+Entry = int | Aff | None
+DimMap = tuple[Entry, ...]
+
+
+def kdim(e: Entry) -> int | None:
+    """The kernel dim an entry follows (None for broadcast or fixed indices)."""
+    return e.dim if isinstance(e, Aff) else e
+
+
+def compose(e: Entry, scale: object, offset: object) -> Entry:
+    """The entry of ``scale * index + offset`` where ``index`` follows ``e``."""
+    from ..symbolic import as_expr
+
+    s, o = as_expr(scale), as_expr(offset)  # type: ignore[arg-type]
+    if isinstance(e, Aff):
+        d, s, o = e.dim, s * e.scale, s * e.offset + o  # type: ignore[operator]
+    else:
+        d = e
+    if d is None:
+        return None if o == 0 else Aff(None, as_expr(0), o)
+    return d if (s == 1 and o == 0) else Aff(d, s, o)
 
 
 class NativeUnsupported(Exception):
@@ -32,6 +65,8 @@ class NativeUnsupported(Exception):
 
 
 FUSIBLE_ELEMENTWISE_TRAIT = "elementwise"
+INDEXING = {"broadcast_in_dim", "transpose", "slice", "reverse", "pad", "concatenate"}
+GUARDED = {"pad", "concatenate"}  # read operands only where the index is in range
 DUPLICABLE = {"constant", "iota", "get_dimension_size"}
 SHAPE_ONLY = {"get_dimension_size"}  # read only the operand's shape, never its data
 
@@ -132,14 +167,34 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
     if name == "reduce":
         axes = sorted(op.attrs["axes"])
         kept = iter(result_map)
-        missing = iter(d for d in range(kernel_rank) if d not in result_map)
+        used = {kdim(e) for e in result_map}
+        missing = iter(d for d in range(kernel_rank) if d not in used)
         return tuple(next(missing) if j in axes else next(kept) for j in range(v.rank)), {}
+    if name == "slice":
+        a = op.attrs
+        return tuple(compose(result_map[j], a["stride"][j], a["start"][j])
+                     for j in range(v.rank)), {}
+    if name == "reverse":
+        dims = op.attrs["dimensions"]
+        return tuple(compose(e, -1, v.shape[j] - 1) if j in dims else e
+                     for j, e in enumerate(result_map)), {}
+    if name == "pad":
+        if i == 1:
+            return (), {}
+        if any(op.attrs["interior"]):
+            raise NativeUnsupported("pad with interior padding")
+        return tuple(compose(e, 1, -op.attrs["low"][j]) for j, e in enumerate(result_map)), {}
+    if name == "concatenate":
+        axis = op.attrs["dimension"]
+        start = sum((w.shape[axis] for w in op.operands[:i]), start=v.shape[axis] * 0)
+        return tuple(compose(e, 1, -start) if j == axis else e
+                     for j, e in enumerate(result_map)), {}
     raise NativeUnsupported(f"{name} cannot be fused")
 
 
 def _fusible(op: Op) -> bool:
     return (op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT) or op.name in DUPLICABLE
-            or op.name in ("broadcast_in_dim", "transpose", "reduce"))
+            or op.name in INDEXING or op.name == "reduce")
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -339,6 +394,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                 p = v.producer
                 if p is None or id(p) in members:
                     continue
+                if op.name in GUARDED and not (_duplicable(p) and not v.rank):
+                    continue  # a guarded operand is only read where in range: materialize
                 need = _agreed_map(k, v, users, members)
                 if need is None:
                     continue
@@ -356,7 +413,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                 continue
             need, maybe = operand_map(op, i, k.maps[id(op.results[0])], k.rank)
             k.reads[(id(op), i)] = need
-            mapped = {j: d for j, d in enumerate(need) if d is not None and j not in maybe}
+            mapped = {j: d for j, d in enumerate(need)
+                      if isinstance(d, int) and j not in maybe and op.name not in GUARDED}
             if any(v.shape[j] != k.space[d] for j, d in mapped.items()):
                 raise NativeUnsupported(f"{op.name} reads operand #{i} with dims that do "
                                         f"not follow the kernel space")
@@ -395,8 +453,8 @@ def _full_reduction(root: Op) -> tuple[str, tuple, DimMap]:
 
 
 def _dims_agree(v: Value, m: DimMap, space: tuple) -> bool:
-    """Every mapped dim of ``v`` is provably the kernel dim it follows."""
-    return all(d is None or v.shape[j] == space[d] for j, d in enumerate(m))
+    """Every directly mapped dim of ``v`` is provably the kernel dim it follows."""
+    return all(not isinstance(d, int) or v.shape[j] == space[d] for j, d in enumerate(m))
 
 
 def _duplicable(p: Op) -> bool:
