@@ -502,3 +502,64 @@ def test_negative_padding_crops(compiler) -> None:
                       interior=[0, 0]))
     for n in [0, 1, 5]:
         check(compiler, g, [randn(n, 8)])
+
+
+# -- indirect indexing, arg reductions, scatters ---------------------------------------------
+
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_embedding_gather_fuses_with_its_consumer(compiler, itype) -> None:
+    b = GraphBuilder("embed")
+    B, S, V = b.symbol("B"), b.symbol("S"), b.symbol("V")
+    table = b.input("table", "f32", [V, 16])
+    ids = b.input("ids", "i32" if itype == np.int32 else "i64", [B, S])
+    e = b.gather(table, ids, axis=0)
+    g = b.build(b.mul(e, scalar(b, 2.0, [B, S, 16])))
+    for (bb, s, v) in [(2, 3, 10), (1, 1, 1), (0, 4, 5), (3, 7, 50)]:
+        ids_v = RNG.integers(-2, v + 2, (bb, s)).astype(itype)  # out of range: clamped
+        exe = check(compiler, g, [randn(v, 16), ids_v])
+    assert kernels(exe) == {"loop": 1}
+
+
+def test_gather_with_batch_dims_and_gather_elements(compiler) -> None:
+    b = GraphBuilder("gathers")
+    N, C = b.symbol("N"), b.symbol("C")
+    logits = b.input("logits", "f32", [N, C])
+    target = b.input("target", "i64", [N, 1])
+    picked = b.gather_elements(logits, target, axis=1)
+    rows = b.gather(logits, b.input("cols", "i32", [N, 2]), axis=1, batch_dims=1)
+    g = b.build(picked, rows)
+    for n, c in [(3, 5), (1, 1), (0, 3), (6, 40)]:
+        check(compiler, g, [randn(n, c), RNG.integers(0, c, (n, 1)).astype(np.int64),
+                            RNG.integers(0, c, (n, 2)).astype(np.int32)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_argmax_argmin(compiler, dtype) -> None:
+    short = "f32" if dtype == np.float32 else "i32"
+    b = GraphBuilder("arg")
+    R, C = b.symbol("R"), b.symbol("C")
+    x = b.input("x", short, [R, C])
+    g = b.build(b.argmax(x, axis=1), b.argmin(x, axis=1), b.argmax(x, axis=0, index_dtype="i32"))
+    for r, c in [(3, 5), (1, 1), (4, 33)]:
+        xs = (randn(r, c) * 3).astype(dtype)
+        if dtype == np.float32 and c > 2:
+            xs[0, 1] = np.nan
+            xs[1, :] = 1.0  # ties: first occurrence
+        check(compiler, g, [xs])
+
+
+def test_scatter_add_and_scatter_elements_add(compiler) -> None:
+    b = GraphBuilder("scatter")
+    V, N = b.symbol("V"), b.symbol("N")
+    table = b.input("table", "f32", [V, 4])
+    ids = b.input("ids", "i64", [N])
+    upd = b.input("upd", "f32", [N, 4])
+    grad = b.scatter_add(table, ids, upd, axis=0)
+    x = b.input("x", "f32", [N, 3])
+    tgt = b.input("tgt", "i32", [N, 1])
+    one = b.input("one", "f32", [N, 1])
+    g = b.build(grad, b.scatter_elements_add(x, tgt, one, axis=1))
+    for v, n in [(5, 7), (1, 1), (3, 0), (10, 100)]:
+        ids_v = RNG.integers(0, v, n).astype(np.int64)  # repeats accumulate
+        check(compiler, g, [randn(v, 4), ids_v, randn(n, 4), randn(n, 3),
+                            RNG.integers(0, 3, (n, 1)).astype(np.int32), randn(n, 1)])

@@ -22,6 +22,9 @@ from ..ir import Graph, Op, Value
 from ..symbolic import Expr, product, smax
 from .cexpr import ctype, dim_c, literal
 from .fusion import (
+    DATA,
+    INDIRECT,
+    REDUCTIONS,
     SHAPE_ONLY,
     Aff,
     Alias,
@@ -29,6 +32,7 @@ from .fusion import (
     Kernel,
     LibraryCall,
     NativeUnsupported,
+    ScatterCall,
     kdim,
 )
 
@@ -48,6 +52,7 @@ static inline int64_t disc_ceildiv(int64_t a, int64_t b) { return -disc_floordiv
 static inline int64_t disc_mod(int64_t a, int64_t b) { return a - b * disc_floordiv(a, b); }
 static inline int64_t disc_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t disc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t disc_clampi(int64_t i, int64_t top) { return i < 0 ? 0 : i > top ? top : i; }
 
 typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
 typedef void (*disc_sgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
@@ -208,10 +213,12 @@ class _KernelEmitter:
             terms.append(f"{self.index(d)}*{stride}")
         return " + ".join(terms) or "0"
 
-    def index(self, e: int | Aff | None) -> str:
+    def index(self, e: object) -> str:
         """C expression of the index an entry denotes at the current loop point."""
         if e is None:
             return "0"
+        if e is DATA:
+            return self._data_index
         if isinstance(e, Aff):
             base = f"{self.dim(e.scale)}*{self.idx(e.dim)}" if e.dim is not None else "0"
             return f"({base} + {self.dim(e.offset)})"
@@ -284,7 +291,7 @@ class _KernelEmitter:
         out = []
         for op in self.k.ops:
             r = op.results[0]
-            if id(r) in done or op.name == "reduce" or self._inner(r):
+            if id(r) in done or op.name in REDUCTIONS or self._inner(r):
                 continue
             if all(self._available(op, i, done) for i in range(len(op.operands))):
                 out.append(self.assign(op, r))
@@ -296,6 +303,8 @@ class _KernelEmitter:
         return op.name in SHAPE_ONLY or id(v) in done or (id(op), i) in self.k.reads
 
     def reduction_phase(self, red: Op, done: set[int]) -> list[str]:
+        if red.name in ("argmax", "argmin"):
+            return self.arg_phase(red, done)
         kind = red.attrs["kind"]
         v = red.results[0]
         dt = v.dtype
@@ -316,6 +325,32 @@ class _KernelEmitter:
         self.counter += 1
         name = f"r{self.counter}"
         out.append(f"const {ctype(dt)} {name} = {acc};")
+        self.var[id(v)] = name
+        done.add(id(v))
+        return out
+
+    def arg_phase(self, red: Op, done: set[int]) -> list[str]:
+        """argmax/argmin: first occurrence wins; NaN beats everything (first NaN wins)."""
+        x = red.operands[0]
+        t = ctype(x.dtype)
+        self.counter += 1
+        best, at = f"best{self.counter}", f"at{self.counter}"
+        cmp = ">" if red.name == "argmax" else "<"
+        out = [f"{t} {best} = 0; int64_t {at} = -1;", "for (int64_t c = 0; c < C; ++c) {"]
+        saved = dict(self.var)
+        self.scope = set()
+        body, val = self.operand_cone(red, 0, done)
+        out += ["  " + s for s in body]
+        nan = (f" || (t != t && {best} == {best})" if x.dtype.is_float else "")
+        out.append(f"  {{ const {t} t = {val}; if ({at} < 0 || t {cmp} {best}{nan}) "
+                   f"{{ {best} = t; {at} = c; }} }}")
+        out.append("}")
+        self.var = saved
+        self.scope = set()
+        v = red.results[0]
+        self.counter += 1
+        name = f"r{self.counter}"
+        out.append(f"const {ctype(v.dtype)} {name} = ({ctype(v.dtype)})({at} < 0 ? 0 : {at});")
         self.var[id(v)] = name
         done.add(id(v))
         return out
@@ -357,6 +392,18 @@ class _KernelEmitter:
 
     def assign(self, op: Op, r: Value) -> str:
         args = []
+        if op.name in INDIRECT:  # the index value first, then the load it addresses
+            idx = (self.read(op, 1) if (id(op), 1) in self.k.reads
+                   else self.var[id(op.operands[1])])
+            axis = op.attrs["axis"]
+            top = self.dim(op.operands[0].shape[axis] - 1)
+            self._data_index = f"disc_clampi((int64_t)({idx}), {top})"
+            expr = self.read(op, 0)
+            self.counter += 1
+            name = f"v{self.counter}"
+            self.var[id(r)] = name
+            self.scope.add(id(r))
+            return f"const {ctype(r.dtype)} {name} = {expr};"
         for i in range(0 if op.name in SHAPE_ONLY else len(op.operands)):
             if (id(op), i) in self.k.reads:
                 args.append(self.read(op, i))
@@ -641,6 +688,9 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
             info.needs_blas = True
             L.extend(_emit_gemm(s.op, ptr, syms))
             continue
+        if isinstance(s, ScatterCall):
+            L.extend(_emit_scatter(s.op, ptr, syms))
+            continue
         k = s
         elems = syms.c(product(k.space)) if k.space else "1"
         args = [f"({'const ' + ctype(v.dtype)} *){ptr(v)}" for v in k.inputs]
@@ -736,3 +786,40 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
         "    }",
         "  }",
     ]
+
+
+def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
+    """result = operand, then every update added at its (clamped) target, serially."""
+    x, idx, upd = op.operands
+    res = op.results[0]
+    t, it = ctype(res.dtype), ctype(idx.dtype)
+    axis = op.attrs["axis"]
+    ushape = upd.shape
+    lines = ["  {",
+             f"    const {t} *X = (const {t} *){ptr(x)}; const {it} *I = (const {it} *){ptr(idx)};",
+             f"    const {t} *U = (const {t} *){ptr(upd)}; {t} *Y = ({t} *){ptr(res)};",
+             f"    if ((void *)Y != (void *)X) memcpy(Y, X, (size_t)({syms.c(product(x.shape))})"
+             f" * sizeof({t}));",
+             f"    const int64_t total = {syms.c(product(ushape))};",
+             "    for (int64_t u = 0; u < total; ++u) {",
+             "      int64_t rem = u;"]
+    for d in range(len(ushape) - 1, -1, -1):
+        lines.append(f"      const int64_t u{d} = rem % {syms.c(ushape[d])}; "
+                     f"rem /= {syms.c(ushape[d])};")
+    if op.name == "scatter_add":
+        bd = op.attrs["batch_dims"]
+        q = idx.rank - bd
+        idims = [f"u{j}" if j < bd else f"u{axis + j - bd}" for j in range(idx.rank)]
+        xdims = [f"u{j}" if j < axis else "tgt" if j == axis else f"u{j + q - 1}"
+                 for j in range(x.rank)]
+    else:
+        idims = [f"u{j}" for j in range(idx.rank)]
+        xdims = [f"u{j}" if j != axis else "tgt" for j in range(x.rank)]
+    ioff = " + ".join(f"{d}*{syms.c(s)}" for d, s in zip(idims, _strides(idx.shape))) or "0"
+    xoff = " + ".join(f"{d}*{syms.c(s)}" for d, s in zip(xdims, _strides(x.shape))) or "0"
+    lines += [f"      const int64_t tgt = disc_clampi((int64_t)I[{ioff}], "
+              f"{syms.c(x.shape[axis] - 1)});",
+              f"      Y[{xoff}] += U[u];",
+              "    }",
+              "  }"]
+    return lines

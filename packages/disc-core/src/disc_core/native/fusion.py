@@ -37,13 +37,32 @@ class Aff:
     offset: object  # Expr
 
 
-Entry = int | Aff | None
+class _DataIndex:
+    """Entry of an indirectly indexed dim: the index is a value read at run time (gather)."""
+
+    def __repr__(self) -> str:
+        return "DATA"
+
+
+DATA = _DataIndex()
+Entry = int | Aff | _DataIndex | None
 DimMap = tuple[Entry, ...]
 
 
 def kdim(e: Entry) -> int | None:
-    """The kernel dim an entry follows (None for broadcast or fixed indices)."""
-    return e.dim if isinstance(e, Aff) else e
+    """The kernel dim an entry follows (None for broadcast, fixed or indirect indices)."""
+    if isinstance(e, Aff):
+        return e.dim
+    return e if isinstance(e, int) else None
+
+
+def red_axes(op: Op) -> list[int] | None:
+    """The axes a reduction-like op (reduce, argmax, argmin) removes, None for other ops."""
+    if op.name == "reduce":
+        return sorted(op.attrs["axes"])
+    if op.name in ("argmax", "argmin"):
+        return [op.attrs["axis"]]
+    return None
 
 
 def compose(e: Entry, scale: object, offset: object) -> Entry:
@@ -65,8 +84,12 @@ class NativeUnsupported(Exception):
 
 
 FUSIBLE_ELEMENTWISE_TRAIT = "elementwise"
-INDEXING = {"broadcast_in_dim", "transpose", "slice", "reverse", "pad", "concatenate"}
+INDEXING = {"broadcast_in_dim", "transpose", "slice", "reverse", "pad", "concatenate",
+            "gather", "gather_elements"}
 GUARDED = {"pad", "concatenate"}  # read operands only where the index is in range
+INDIRECT = {"gather", "gather_elements"}  # operand 0 is read at indices given by data
+REDUCTIONS = {"reduce", "argmax", "argmin"}
+SCATTERS = {"scatter_add", "scatter_elements_add"}
 DUPLICABLE = {"constant", "iota", "get_dimension_size"}
 SHAPE_ONLY = {"get_dimension_size"}  # read only the operand's shape, never its data
 
@@ -96,11 +119,18 @@ class Kernel:
 
     @property
     def reductions(self) -> list[Op]:
-        return [op for op in self.ops if op.name == "reduce"]
+        return [op for op in self.ops if op.name in REDUCTIONS]
 
 
 @dataclass
 class LibraryCall:
+    op: Op
+
+
+@dataclass
+class ScatterCall:
+    """scatter_add / scatter_elements_add: a serial accumulation loop (indices may repeat)."""
+
     op: Op
 
 
@@ -111,7 +141,7 @@ class Alias:
     op: Op
 
 
-Step = Kernel | LibraryCall | Alias
+Step = Kernel | LibraryCall | ScatterCall | Alias
 
 
 @dataclass
@@ -164,8 +194,8 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
         for k, p in enumerate(perm):
             out2[p] = result_map[k]
         return tuple(out2), {}
-    if name == "reduce":
-        axes = sorted(op.attrs["axes"])
+    if name in REDUCTIONS:
+        axes = red_axes(op)
         kept = iter(result_map)
         used = {kdim(e) for e in result_map}
         missing = iter(d for d in range(kernel_rank) if d not in used)
@@ -184,6 +214,19 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
         if any(op.attrs["interior"]):
             raise NativeUnsupported("pad with interior padding")
         return tuple(compose(e, 1, -op.attrs["low"][j]) for j, e in enumerate(result_map)), {}
+    if name == "gather":
+        axis, bd = op.attrs["axis"], op.attrs["batch_dims"]
+        q = op.operands[1].rank - bd  # index dims that replace the operand's axis
+        if i == 1:
+            return tuple(result_map[j] if j < bd else result_map[axis + j - bd]
+                         for j in range(v.rank)), {}
+        return tuple(result_map[j] if j < axis else DATA if j == axis else
+                     result_map[j + q - 1] for j in range(v.rank)), {}
+    if name == "gather_elements":
+        axis = op.attrs["axis"]
+        if i == 1:
+            return result_map, {}
+        return tuple(DATA if j == axis else e for j, e in enumerate(result_map)), {}
     if name == "concatenate":
         axis = op.attrs["dimension"]
         start = sum((w.shape[axis] for w in op.operands[:i]), start=v.shape[axis] * 0)
@@ -194,7 +237,7 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
 
 def _fusible(op: Op) -> bool:
     return (op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT) or op.name in DUPLICABLE
-            or op.name in INDEXING or op.name == "reduce")
+            or op.name in INDEXING or op.name in REDUCTIONS)
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -220,6 +263,9 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             reads = list(op.operands)
         elif op.name == "reshape":
             step = Alias(op)
+            reads = list(op.operands)
+        elif op.name in SCATTERS:
+            step = ScatterCall(op)
             reads = list(op.operands)
         elif _fusible(op):
             step = _grow_kernel(op, users, needed, ancestors)
@@ -351,17 +397,17 @@ def _merge(kernels: list[Kernel]) -> Kernel:
 
 def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
     """Kernel kind, iteration space and the root's dim map for a kernel rooted at ``op``."""
-    if op.name != "reduce":
+    axes = red_axes(op)
+    if axes is None:
         shape = op.results[0].shape
         return "loop", shape, tuple(range(len(shape)))
     x = op.operands[0]
-    axes = sorted(op.attrs["axes"])
     n = x.rank
     if not axes:
         raise NativeUnsupported("reduce over no axes should have been canonicalized away")
     if axes == [n - 1]:
         return "row", x.shape, tuple(range(n - 1))
-    if axes == list(range(len(axes))) and len(axes) < n:
+    if axes == list(range(len(axes))) and len(axes) < n and op.name == "reduce":
         # column reduction: the kept trailing dims are the kernel's columns; the reduced
         # leading dims are flattened into rows
         return "column", x.shape, tuple(range(len(axes), n))
@@ -378,7 +424,7 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                  ancestors: dict) -> Kernel:
     """Absorb producers to a fixpoint: an op joins once every user of its result has joined
     and all of them index it the same way; then record how the kernel reads the rest."""
-    if root.name == "reduce" and sorted(root.attrs["axes"]) == list(range(root.operands[0].rank)):
+    if red_axes(root) == list(range(root.operands[0].rank)):
         kind, space, root_map = _full_reduction(root)
     else:
         kind, space, root_map = _root_space(root)
@@ -396,6 +442,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                     continue
                 if op.name in GUARDED and not (_duplicable(p) and not v.rank):
                     continue  # a guarded operand is only read where in range: materialize
+                if op.name in INDIRECT and v is op.operands[0]:
+                    continue  # read at data-dependent indices: must be in memory
                 need = _agreed_map(k, v, users, members)
                 if need is None:
                     continue
@@ -413,8 +461,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                 continue
             need, maybe = operand_map(op, i, k.maps[id(op.results[0])], k.rank)
             k.reads[(id(op), i)] = need
-            mapped = {j: d for j, d in enumerate(need)
-                      if isinstance(d, int) and j not in maybe and op.name not in GUARDED}
+            mapped = {j: d for j, d in enumerate(need) if isinstance(d, int) and j not in maybe
+                      and op.name not in GUARDED and not (op.name in INDIRECT and i == 0)}
             if any(v.shape[j] != k.space[d] for j, d in mapped.items()):
                 raise NativeUnsupported(f"{op.name} reads operand #{i} with dims that do "
                                         f"not follow the kernel space")
@@ -474,9 +522,9 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
     if _duplicable(p):
         return p.name != "constant" or not p.results[0].rank
     becomes_row = False
-    if p.name == "reduce":
+    if p.name in REDUCTIONS:
         n = k.rank
-        axes = sorted(p.attrs["axes"])
+        axes = red_axes(p)
         if k.kind == "column" or n == 0 or axes != [p.operands[0].rank - 1]:
             return False
         if need != tuple(range(n - 1)):  # rows of the result must be the kernel's rows
