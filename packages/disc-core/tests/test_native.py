@@ -563,3 +563,18 @@ def test_scatter_add_and_scatter_elements_add(compiler) -> None:
         ids_v = RNG.integers(0, v, n).astype(np.int64)  # repeats accumulate
         check(compiler, g, [randn(v, 4), ids_v, randn(n, 4), randn(n, 3),
                             RNG.integers(0, 3, (n, 1)).astype(np.int32), randn(n, 1)])
+
+
+@pytest.mark.parametrize("lhs_batch, rhs_batch, lhs_contract, rhs_contract, lshape, rshape", [
+    ([], [], [0, 1], [0, 1], (4, 5, 3), (4, 5, 6)),  # weight gradient: contract B, S
+    ([1], [0], [2], [1], (5, 2, 3), (2, 3, 4)),  # batch dim not leading on lhs
+    ([0], [0], [1], [2], (2, 3, 4), (2, 5, 3)),  # rhs contracting dim last
+    ([], [], [1, 0], [0, 1], (3, 4, 5), (4, 3, 2)),  # contracting dims paired out of order
+])
+def test_dot_layouts_get_transposed_for_blas(compiler, lhs_batch, rhs_batch, lhs_contract,
+                                             rhs_contract, lshape, rshape) -> None:
+    b = GraphBuilder("dots")
+    x, w = b.input("x", "f32", list(lshape)), b.input("w", "f32", list(rshape))
+    g = b.build(b.dot_general(x, w, lhs_batch=lhs_batch, rhs_batch=rhs_batch,
+                              lhs_contract=lhs_contract, rhs_contract=rhs_contract))
+    check(compiler, g, [randn(*lshape), randn(*rshape)], rtol=1e-4, atol=1e-4)

@@ -733,37 +733,49 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
     return "\n".join(L) + "\n"
 
 
-def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
+def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | None:
+    """(transA, transB, lhs free, lhs contract, rhs free) when BLAS takes the operands as
+    they are, else None (lower.canonicalize_dots inserts transposes first)."""
     lhs, rhs = op.operands
     a = op.attrs
-    dt = lhs.dtype
-    if dt not in (DType.F32, DType.F64):
-        raise NativeUnsupported(f"dot_general on {dt.short} (BLAS covers f32 and f64)")
     nb = len(a["lhs_batch"])
     if tuple(a["lhs_batch"]) != tuple(range(nb)) or tuple(a["rhs_batch"]) != tuple(range(nb)):
-        raise NativeUnsupported("dot_general with batch dims that are not leading")
+        return None
     lc, rc = list(a["lhs_contract"]), list(a["rhs_contract"])
     if lc != sorted(lc) or rc != sorted(rc):
-        raise NativeUnsupported("dot_general with reordered contracting dims")
+        return None
     lfree = [d for d in range(nb, lhs.rank) if d not in lc]
     rfree = [d for d in range(nb, rhs.rank) if d not in rc]
 
-    def block(dims: list[int], first: int, n: int) -> bool:
-        return dims == list(range(first, first + n))
+    def block(dims: list[int], first: int) -> bool:
+        return dims == list(range(first, first + len(dims)))
 
     # lhs: [batch, free, contract] (no transpose) or [batch, contract, free] (transposed)
-    if block(lfree, nb, len(lfree)) and block(lc, nb + len(lfree), len(lc)):
+    if block(lfree, nb) and block(lc, nb + len(lfree)):
         ta = 111
-    elif block(lc, nb, len(lc)) and block(lfree, nb + len(lc), len(lfree)):
+    elif block(lc, nb) and block(lfree, nb + len(lc)):
         ta = 112
     else:
-        raise NativeUnsupported("dot_general lhs layout needs a transpose first")
-    if block(rc, nb, len(rc)) and block(rfree, nb + len(rc), len(rfree)):
+        return None
+    if block(rc, nb) and block(rfree, nb + len(rc)):
         tb = 111
-    elif block(rfree, nb, len(rfree)) and block(rc, nb + len(rfree), len(rc)):
+    elif block(rfree, nb) and block(rc, nb + len(rfree)):
         tb = 112
     else:
-        raise NativeUnsupported("dot_general rhs layout needs a transpose first")
+        return None
+    return ta, tb, lfree, lc, rfree
+
+
+def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
+    lhs, rhs = op.operands
+    dt = lhs.dtype
+    if dt not in (DType.F32, DType.F64):
+        raise NativeUnsupported(f"dot_general on {dt.short} (BLAS covers f32 and f64)")
+    layout = gemm_layout(op)
+    if layout is None:
+        raise NativeUnsupported("dot_general layout needs transposes (canonicalize_dots)")
+    ta, tb, lfree, lc, rfree = layout
+    nb = len(op.attrs["lhs_batch"])
     M = syms.c(product(lhs.shape[d] for d in lfree))
     N = syms.c(product(rhs.shape[d] for d in rfree))
     K = syms.c(product(lhs.shape[d] for d in lc))

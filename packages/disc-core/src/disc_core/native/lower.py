@@ -31,3 +31,48 @@ def split_reductions(graph: Graph) -> None:
         replace[id(op.results[0])] = cur
     graph.ops = new_ops
     graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
+
+
+def canonicalize_dots(graph: Graph) -> None:
+    """Transpose dot_general operands into a layout BLAS takes directly.
+
+    lhs becomes [batch..., free..., contract...] and rhs [batch..., contract..., free...]
+    unless they already have a layout the GEMM call can express with its transpose flags;
+    the result layout (batch, lhs free, rhs free) is unchanged, so no consumer changes.
+    """
+    from .emit import gemm_layout
+
+    transpose = get_op("transpose")
+    dot = get_op("dot_general")
+    replace: dict[int, Value] = {}
+    new_ops: list[Op] = []
+    for op in graph.ops:
+        op.operands = [replace.get(id(v), v) for v in op.operands]
+        if op.name != "dot_general" or gemm_layout(op) is not None:
+            new_ops.append(op)
+            continue
+        a = op.attrs
+        lhs, rhs = op.operands
+        lfree = [d for d in range(lhs.rank)
+                 if d not in a["lhs_batch"] and d not in a["lhs_contract"]]
+        rfree = [d for d in range(rhs.rank)
+                 if d not in a["rhs_batch"] and d not in a["rhs_contract"]]
+        lperm = list(a["lhs_batch"]) + lfree + list(a["lhs_contract"])
+        rperm = list(a["rhs_batch"]) + list(a["rhs_contract"]) + rfree
+        nb, nc = len(a["lhs_batch"]), len(a["lhs_contract"])
+        operands = []
+        for v, perm in ((lhs, lperm), (rhs, rperm)):
+            if perm == list(range(v.rank)):
+                operands.append(v)
+                continue
+            t = transpose.build([v], {"permutation": perm})
+            new_ops.append(t)
+            operands.append(t.results[0])
+        new = dot.build(operands, {
+            "lhs_batch": list(range(nb)), "rhs_batch": list(range(nb)),
+            "lhs_contract": list(range(nb + len(lfree), nb + len(lfree) + nc)),
+            "rhs_contract": list(range(nb, nb + nc))})
+        new_ops.append(new)
+        replace[id(op.results[0])] = new.results[0]
+    graph.ops = new_ops
+    graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
