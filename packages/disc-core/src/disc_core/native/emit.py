@@ -69,6 +69,20 @@ typedef struct {
   int64_t *counters; /* optional: one slot per kernel version, see the artifact metadata */
 } disc_env;
 
+#ifdef DISC_LIBMVEC
+/* glibc's vector math library: lets loops calling these vectorize (declared simd only
+   under -ffast-math by math.h, which DISC does not use: NaN and infinity semantics stay). */
+#define DISC_SIMD __attribute__((simd("notinbranch")))
+DISC_SIMD float expf(float); DISC_SIMD float expm1f(float); DISC_SIMD float logf(float);
+DISC_SIMD float log1pf(float); DISC_SIMD float erff(float); DISC_SIMD float tanhf(float);
+DISC_SIMD float sinf(float); DISC_SIMD float cosf(float); DISC_SIMD float tanf(float);
+DISC_SIMD float powf(float, float); DISC_SIMD float atan2f(float, float);
+DISC_SIMD double exp(double); DISC_SIMD double expm1(double); DISC_SIMD double log(double);
+DISC_SIMD double log1p(double); DISC_SIMD double erf(double); DISC_SIMD double tanh(double);
+DISC_SIMD double sin(double); DISC_SIMD double cos(double); DISC_SIMD double tan(double);
+DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
+#endif
+
 #define DISC_FAIL(...) do { snprintf(err, (size_t)errlen, __VA_ARGS__); goto fail; } while (0)
 """
 
@@ -153,6 +167,8 @@ class _KernelEmitter:
         self.var: dict[int, str] = {}
         self.scope: set[int] = set()  # inner-loop values already computed in this loop
         self.counter = 0
+        self.rowbuf: dict[int, str] = {}  # values kept in per-thread row buffers
+        self.cached: set[int] = set()  # row-buffered values ready for later phases
 
     # names ----------------------------------------------------------------------------
     def fn_name(self, variant: str) -> str:
@@ -237,13 +253,20 @@ class _KernelEmitter:
         n = self.n
         rows = product(k.space[:-1]) if n else Expr.const(1)
         cols = k.space[-1] if n else Expr.const(1)
-        lines = [f"  const int64_t R = {self.dim(rows)};", f"  const int64_t C = {self.dim(cols)};"]
-        lines.append("  #pragma omp parallel for if (parallel) schedule(static)")
-        lines.append("  for (int64_t r = 0; r < R; ++r) {")
-        lines += ["    " + s for s in self.row_decomposition()]
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
+        self.rowbuf = self._row_buffers(reductions)
+        lines = [f"  const int64_t R = {self.dim(rows)};", f"  const int64_t C = {self.dim(cols)};"]
+        lines.append("  #pragma omp parallel if (parallel)")
+        lines.append("  {")
+        for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
+            t = ctype(self._value(vid).dtype)
+            lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
+        lines.append("  #pragma omp for schedule(static)")
+        lines.append("  for (int64_t r = 0; r < R; ++r) {")
+        lines += ["    " + s for s in self.row_decomposition()]
         done: set[int] = set()
+        self.cached: set[int] = set()  # row-buffered values ready for later phases
         for red in reductions:
             lines += ["    " + s for s in self.row_level(done)]
             lines += ["    " + s for s in self.reduction_phase(red, done)]
@@ -266,7 +289,34 @@ class _KernelEmitter:
             lines.append("    }")
             self.scope = set()
         lines.append("  }")
+        for name in self.rowbuf.values():
+            lines.append(f"  free({name});")
+        lines.append("  }")
         return "\n".join(lines) + "\n"
+
+    def _value(self, vid: int) -> Value:
+        for op in self.k.ops:
+            for r in op.results:
+                if id(r) == vid:
+                    return r
+        raise KeyError(vid)
+
+    def _row_buffers(self, reductions: list[Op]) -> dict[int, str]:
+        """Reduction operands computed in the kernel and needed again by a later phase are
+        kept in a row buffer instead of being recomputed (softmax's exp, for example)."""
+        users: dict[int, int] = {}
+        for op in self.k.ops:
+            for v in op.operands:
+                users[id(v)] = users.get(id(v), 0) + 1
+        out: dict[int, str] = {}
+        members = {id(op) for op in self.k.ops}
+        for red in reductions:
+            v = red.operands[0]
+            fused = v.producer is not None and id(v.producer) in members
+            if (red.name == "reduce" and fused and users[id(v)] > 1
+                    and v.producer.name not in ("broadcast_in_dim", "transpose", "slice")):
+                out[id(v)] = f"rowbuf{len(out)}"
+        return out
 
     def row_decomposition(self) -> list[str]:
         n = self.n
@@ -318,8 +368,13 @@ class _KernelEmitter:
         self.scope = set()
         body, x = self.operand_cone(red, 0, done)
         out += ["  " + s for s in body]
+        buf = self.rowbuf.get(id(red.operands[0]))
+        if buf is not None and id(red.operands[0]) not in self.cached:
+            out.append(f"  {buf}[c] = {x};")
         out.append("  " + _combine(kind, dt, acc, x))
         out.append("}")
+        if buf is not None:
+            self.cached.add(id(red.operands[0]))
         self.var = saved
         self.scope = set()
         self.counter += 1
@@ -362,6 +417,8 @@ class _KernelEmitter:
 
     def compute_cone(self, v: Value, done: set[int]) -> tuple[list[str], str]:
         """Statements computing ``v`` inside the column loop (row-level values reused)."""
+        if id(v) in self.cached:
+            return [], f"{self.rowbuf[id(v)]}[c]"
         if id(v) in self.var and (id(v) in done or id(v) in self.scope
                                   or not self._inner(v)):
             return [], self.var[id(v)]
@@ -379,7 +436,7 @@ class _KernelEmitter:
         def visit(val: Value) -> None:
             p = val.producer
             if (p is None or id(p) not in members or id(val) in done or id(val) in self.scope
-                    or id(p) in seen):
+                    or id(p) in seen or id(val) in self.cached):
                 return
             seen.add(id(p))
             for j, w in enumerate(() if p.name in SHAPE_ONLY else p.operands):
@@ -390,11 +447,18 @@ class _KernelEmitter:
         visit(v)
         return out
 
+    def operand_value(self, op: Op, i: int) -> str:
+        if (id(op), i) in self.k.reads:
+            return self.read(op, i)
+        v = op.operands[i]
+        if id(v) in self.cached:
+            return f"{self.rowbuf[id(v)]}[c]"
+        return self.var[id(v)]
+
     def assign(self, op: Op, r: Value) -> str:
         args = []
         if op.name in INDIRECT:  # the index value first, then the load it addresses
-            idx = (self.read(op, 1) if (id(op), 1) in self.k.reads
-                   else self.var[id(op.operands[1])])
+            idx = self.operand_value(op, 1)
             axis = op.attrs["axis"]
             top = self.dim(op.operands[0].shape[axis] - 1)
             self._data_index = f"disc_clampi((int64_t)({idx}), {top})"
@@ -405,10 +469,7 @@ class _KernelEmitter:
             self.scope.add(id(r))
             return f"const {ctype(r.dtype)} {name} = {expr};"
         for i in range(0 if op.name in SHAPE_ONLY else len(op.operands)):
-            if (id(op), i) in self.k.reads:
-                args.append(self.read(op, i))
-            else:
-                args.append(self.var[id(op.operands[i])])
+            args.append(self.operand_value(op, i))
         expr = self.expr(op, args)
         self.counter += 1
         name = f"v{self.counter}"

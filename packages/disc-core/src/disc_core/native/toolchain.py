@@ -27,9 +27,17 @@ class Toolchain:
     version: str
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        return FLAGS + (("-DDISC_LIBMVEC",) if _has_libmvec(self.cc) else ())
+
+    @property
+    def libs(self) -> tuple[str, ...]:
+        return (("-lmvec",) if _has_libmvec(self.cc) else ()) + ("-lm",)
+
+    @property
     def target(self) -> str:
         """Identifies the code a module holds: changes when the compiler or CPU does."""
-        ident = f"{self.version}|{' '.join(FLAGS)}|{_cpu_flags()}"
+        ident = f"{self.version}|{' '.join(self.flags)}|{_cpu_flags()}"
         return f"native-{platform.machine()}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
     def compile(self, source: str, out: Path, *, vector_report: bool = False
@@ -39,7 +47,7 @@ class Toolchain:
         with tempfile.TemporaryDirectory(prefix="disc-cc-") as tmp:
             src = Path(tmp) / "module.c"
             src.write_text(source)
-            cmd = [self.cc, *FLAGS, str(src), "-o", str(out), "-lm"]
+            cmd = [self.cc, *self.flags, str(src), "-o", str(out), *self.libs]
             if vector_report:
                 cmd.insert(1, "-fopt-info-vec-optimized")
             t0 = time.perf_counter()
@@ -48,6 +56,40 @@ class Toolchain:
         if proc.returncode != 0:
             raise RuntimeError(f"C compiler failed ({self.cc}):\n{proc.stderr[-4000:]}")
         return seconds, proc.stderr
+
+
+_MVEC_PROBE = r"""
+#include <math.h>
+#include <stdint.h>
+__attribute__((simd("notinbranch"))) float erff(float);
+__attribute__((simd("notinbranch"))) double tanh(double);
+void probe(const float *restrict a, float *restrict b, const double *restrict c,
+           double *restrict d, int64_t n) {
+  #pragma omp simd
+  for (int64_t i = 0; i < n; ++i) b[i] = erff(a[i]);
+  #pragma omp simd
+  for (int64_t i = 0; i < n; ++i) d[i] = tanh(c[i]);
+}
+"""
+
+
+@functools.lru_cache(maxsize=4)
+def _has_libmvec(cc: str) -> bool:
+    """Can modules call glibc's vector math (libmvec) and load? (erff needs glibc 2.35)."""
+    import ctypes
+
+    with tempfile.TemporaryDirectory(prefix="disc-probe-") as tmp:
+        src, so = Path(tmp) / "probe.c", Path(tmp) / "probe.so"
+        src.write_text(_MVEC_PROBE)
+        proc = subprocess.run([cc, *FLAGS, str(src), "-o", str(so), "-lmvec", "-lm"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            return False
+        try:
+            ctypes.CDLL(str(so))
+        except OSError:
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
