@@ -1,5 +1,5 @@
-"""disc_runtime must stand alone: stdlib + numpy only, never another DISC package or a
-deep-learning framework - not even lazily."""
+"""disc_runtime must stand alone: stdlib, numpy and cffi (the native engine's calls) only,
+never another DISC package or a deep-learning framework - not even lazily."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def test_fresh_import_loads_no_framework() -> None:
     assert r.stdout.strip() == ""
 
 
-def test_source_imports_only_stdlib_and_numpy() -> None:
-    allowed = set(sys.stdlib_module_names) | {"numpy", "disc_runtime"}
+def test_source_imports_only_stdlib_numpy_and_cffi() -> None:
+    allowed = set(sys.stdlib_module_names) | {"numpy", "cffi", "disc_runtime"}
     offenders = []
     for path in sorted((SRC / "disc_runtime").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -64,5 +64,5 @@ def test_package_metadata_has_no_framework_dependency() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
     project = tomllib.loads((Path(SRC).parent / "pyproject.toml").read_text())["project"]
-    assert project["dependencies"] == ["numpy>=1.24"]
+    assert project["dependencies"] == ["numpy>=1.24", "cffi>=1.15"]
     assert project["scripts"]["disc-run"] == "disc_runtime.cli:main"

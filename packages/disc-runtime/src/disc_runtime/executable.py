@@ -159,6 +159,20 @@ class Executable:
         self, inputs: Sequence[Any], *, allocate_output: AllocateOutput | None = None
     ) -> list[np.ndarray]:
         """Validate ``inputs`` (zero-copy), run the engine, check and return its outputs."""
+        if (self._engine_trusted and allocate_output is None and self._allocate_output is None
+                and len(inputs) == len(self._signature.inputs)
+                and all(type(x) is np.ndarray for x in inputs)
+                and self._signature.validate_fast(inputs)):
+            # the common case, kept lean: per-call overhead matters on small tensors
+            start = time.perf_counter()
+            try:
+                outputs = self._run_fn(list(inputs))
+            except BaseException:
+                self.stats._add(calls=1, engine_errors=1,
+                                engine_seconds=time.perf_counter() - start)
+                raise
+            self.stats._add(calls=1, engine_seconds=time.perf_counter() - start)
+            return outputs
         try:
             arrays = self._prepare(inputs)
             bindings = self._signature.validate(arrays)

@@ -1,4 +1,4 @@
-"""The ``native`` engine: runs a compiled C module (``native/module.so``) through ctypes.
+"""The ``native`` engine: runs a compiled C module (``native/module.so``) through cffi.
 
 The module's host function does the whole call natively (symbol binding, buffer
 allocation, every kernel and BLAS call); Python only passes pointers in and allocates the
@@ -10,7 +10,6 @@ passed to every call: the module itself keeps no global mutable state.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import glob
 import os
@@ -18,6 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cffi
 import numpy as np
 
 from .artifact import Artifact
@@ -27,14 +27,19 @@ from .errors import EngineError, InputError
 ABI_VERSION = 1
 MODULE_FILE = "native/module.so"
 
-_AllocFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_int64, ctypes.c_int64,
-                            ctypes.POINTER(ctypes.c_int64))
-
-
-class _Env(ctypes.Structure):
-    _fields_ = [("alloc", _AllocFn), ("alloc_ctx", ctypes.py_object),
-                ("sgemm", ctypes.c_void_p), ("dgemm", ctypes.c_void_p),
-                ("counters", ctypes.POINTER(ctypes.c_int64))]
+# cffi rather than ctypes: a call plus its output callback costs a few microseconds,
+# which is the per-call overhead budget for small tensors.
+_ffi = cffi.FFI()
+_ffi.cdef("""
+typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
+typedef struct {
+  disc_alloc_fn alloc; void *alloc_ctx; void *sgemm; void *dgemm; int64_t *counters;
+} disc_env;
+int64_t disc_abi_version(void);
+int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in,
+                 const disc_env *env, char *err, int64_t errlen);
+""")
+_NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 
 
 class _CallState:
@@ -49,26 +54,27 @@ class _CallState:
         self.error: BaseException | None = None
 
 
-def _alloc(state: _CallState, index: int, rank: int, shape_ptr: Any) -> int:
+@_ffi.callback("void *(void *, int64_t, int64_t, const int64_t *)")
+def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
+    state: _CallState = _ffi.from_handle(ctx)
     try:
-        shape = tuple(shape_ptr[i] for i in range(rank))
+        shape = tuple(shape_ptr[0:rank]) if rank else ()
         if state.allocate is not None:
             arr = state.allocate(index, shape, state.dtypes[index].name)
         else:
             arr = np.empty(shape, state.dtypes[index])
         state.outputs[index] = arr
-        return arr.__array_interface__["data"][0] or 1  # zero-size arrays may have no storage
+        return _ffi.from_buffer(arr) if arr.size else _NONNULL
     except BaseException as exc:  # never let an exception unwind through C frames
         state.error = exc
-        return 0
-
-
-_ALLOC = _AllocFn(_alloc)
+        return _ffi.NULL
 
 
 @functools.lru_cache(maxsize=1)
 def find_blas() -> tuple[int, int]:
     """(sgemm, dgemm) addresses of an ILP64 CBLAS, or (0, 0) when none is found."""
+    import ctypes
+
     candidates = []
     override = os.environ.get("DISC_BLAS_LIB")
     if override:
@@ -91,47 +97,71 @@ class NativeModule:
     """A loaded module plus the signature facts a call needs."""
 
     def __init__(self, artifact: Artifact):
-        self.lib = ctypes.CDLL(str(artifact.path(MODULE_FILE)))
+        self.lib = _ffi.dlopen(str(artifact.path(MODULE_FILE)))
         abi = self.lib.disc_abi_version()
         if abi != ABI_VERSION:
             raise EngineError(f"native module ABI {abi}, this disc-runtime speaks {ABI_VERSION}: "
                               f"recompile the artifact")
-        self.fn = self.lib.disc_run
-        self.fn.restype = ctypes.c_int64
-        self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
-                            ctypes.c_int64, ctypes.POINTER(_Env), ctypes.c_char_p,
-                            ctypes.c_int64]
         sig = artifact.signature
         self.n_in = len(sig.inputs)
         self.out_dtypes = [numpy_dtype(s.dtype) for s in sig.outputs]
         self.num_counters = len(artifact.metadata.get("native", {}).get("counters", []))
-        self.sgemm, self.dgemm = find_blas()
+        sgemm, dgemm = find_blas()
+        self.sgemm = _ffi.cast("void *", sgemm)
+        self.dgemm = _ffi.cast("void *", dgemm)
         self._local = threading.local()
 
-    def _err(self) -> Any:
-        buf = getattr(self._local, "err", None)
-        if buf is None:
-            buf = self._local.err = ctypes.create_string_buffer(512)
-        return buf
+    def _slot(self) -> _Slot:
+        """This thread's reusable call state (a fresh one if a call is already in flight on
+        this thread, e.g. an allocate_output hook that runs DISC again)."""
+        slot = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = self._local.slot = _Slot(self.out_dtypes)
+        elif slot.busy:
+            return _Slot(self.out_dtypes)
+        return slot
 
     def run(self, inputs: list[np.ndarray], *, allocate_output: Callable[..., Any] | None = None,
             counters: np.ndarray | None = None) -> list[np.ndarray]:
-        arrays = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in inputs]
-        ptrs = (ctypes.c_void_p * max(self.n_in, 1))(
-            *[a.__array_interface__["data"][0] for a in arrays])
-        dims = [d for a in arrays for d in a.shape]
-        shapes = (ctypes.c_int64 * max(len(dims), 1))(*dims)
-        state = _CallState(self.out_dtypes, allocate_output)
-        cnt = (counters.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
-               if counters is not None else None)
-        env = _Env(_ALLOC, state, self.sgemm, self.dgemm, cnt)
-        err = self._err()
-        rc = self.fn(ptrs, shapes, len(arrays), ctypes.byref(env), err, 512)
-        if state.error is not None:
-            raise state.error
-        if rc != 0:
-            raise InputError(err.value.decode(errors="replace"))
-        return state.outputs  # type: ignore[return-value]
+        ptrs, dims = [], []
+        for a in inputs:
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            ptrs.append(_ffi.from_buffer(a) if a.size else _NONNULL)
+            dims.extend(a.shape)
+        slot = self._slot()
+        slot.busy = True
+        state = slot.state
+        state.outputs = [None] * len(self.out_dtypes)
+        state.allocate, state.error = allocate_output, None
+        env = slot.env
+        env.sgemm, env.dgemm = self.sgemm, self.dgemm
+        env.counters = (_ffi.from_buffer("int64_t[]", counters) if counters is not None
+                        else _ffi.NULL)
+        try:
+            rc = self.lib.disc_run(ptrs or _ffi.NULL, dims or _ffi.NULL, len(ptrs), env,
+                                   slot.err, 512)
+            if state.error is not None:
+                raise state.error
+            if rc != 0:
+                raise InputError(_ffi.string(slot.err).decode(errors="replace"))
+            return state.outputs  # type: ignore[return-value]
+        finally:
+            state.outputs, state.allocate, state.error = [], None, None
+            slot.busy = False
+
+
+class _Slot:
+    """Per-thread, reused call state: the env struct, its handle and the error buffer."""
+
+    __slots__ = ("state", "handle", "env", "err", "busy")
+
+    def __init__(self, dtypes: Sequence[np.dtype]):
+        self.state = _CallState(dtypes, None)
+        self.handle = _ffi.new_handle(self.state)
+        self.env = _ffi.new("disc_env *", {"alloc": _alloc, "alloc_ctx": self.handle})
+        self.err = _ffi.new("char[512]")
+        self.busy = False
 
 
 def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .dtypes import check_dtype_name
 from .errors import InputError
 
@@ -136,6 +138,10 @@ class Signature:
             return fast
         return _check(self.inputs, arrays, {}, role="input", error=InputError)
 
+    def validate_fast(self, arrays: Sequence[Any]) -> bool:
+        """True when ``arrays`` match the inputs (no error wording: see :meth:`validate`)."""
+        return _fast_check(self._plan(), arrays) is not None
+
     def _plan(self) -> tuple:
         """Per input: (dtype name, rank, static (axis, size) pairs, symbol (axis, name) pairs).
 
@@ -145,7 +151,7 @@ class Signature:
         plan = self.__dict__.get("_plan_cache")
         if plan is None:
             plan = tuple(
-                (spec.dtype, spec.rank,
+                (spec.dtype, _np_dtype_or_none(spec.dtype), spec.rank,
                  tuple((a, d) for a, d in enumerate(spec.dims) if dim_kind(d) == "static"),
                  tuple((a, d) for a, d in enumerate(spec.dims) if dim_kind(d) == "symbol"))
                 for spec in self.inputs)
@@ -162,14 +168,20 @@ class Signature:
         return _check(self.outputs, arrays, dict(bindings), role="output", error=error)
 
 
+def _np_dtype_or_none(name: str) -> np.dtype | None:
+    """The canonical numpy dtype object (identity-comparable), None for extension dtypes."""
+    return None if name == "bfloat16" else np.dtype(name)
+
+
 def _fast_check(plan: tuple, arrays: Sequence[Any]) -> dict[str, int] | None:
     """Bindings if every input matches, None if anything is off (the caller words it)."""
     if len(arrays) != len(plan):
         return None
     bindings: dict[str, int] = {}
-    for (dtype, rank, statics, symbols), arr in zip(plan, arrays):
+    for (dtype, np_dtype, rank, statics, symbols), arr in zip(plan, arrays):
         shape = arr.shape
-        if len(shape) != rank or arr.dtype.name != dtype:
+        got = arr.dtype
+        if len(shape) != rank or (got is not np_dtype and got.name != dtype):
             return None
         for axis, size in statics:
             if shape[axis] != size:

@@ -45,6 +45,7 @@ PRELUDE = r"""
 #include <string.h>
 #include <stdio.h>
 #include <math.h>
+#include <omp.h>
 
 static inline int64_t disc_floordiv(int64_t a, int64_t b) {
   int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
@@ -174,18 +175,36 @@ class _KernelEmitter:
     def fn_name(self, variant: str) -> str:
         return f"kernel{self.k.id}_{variant}"
 
-    def signature(self, variant: str) -> str:
-        args = [f"const {ctype(v.dtype)} *restrict {name}" for v, name in self.params]
-        args += [f"{ctype(o.dtype)} *restrict out{j}" for j, o in enumerate(self.k.outputs)]
-        args += ["const int64_t *restrict S", "int parallel"]
-        return f"static void {self.fn_name(variant)}({', '.join(args)})"
+    def data_args(self) -> tuple[list[str], list[str]]:
+        """(parameter declarations, argument names) of the tensors a kernel touches."""
+        decls = [f"const {ctype(v.dtype)} *restrict {name}" for v, name in self.params]
+        decls += [f"{ctype(o.dtype)} *restrict out{j}" for j, o in enumerate(self.k.outputs)]
+        names = [name for _, name in self.params] + [f"out{j}" for j in range(len(self.k.outputs))]
+        return decls, names
 
     def emit(self, info: ModuleInfo) -> str:
+        """Per version: a ``_part`` function doing rows (or column chunks) [lo, hi), and the
+        entry that runs it directly when the work is small or splits it across threads."""
         variants = ["fast", "strided"] if self.k.speculative else ["fast"]
+        decls, names = self.data_args()
         out = []
         for variant in variants:
             self.strided = variant == "strided"
-            out.append(self.signature(variant) + " {\n" + self.body() + "}\n")
+            fn = self.fn_name(variant)
+            body, extent = self.body()
+            call = ", ".join(names + ["S"])
+            out.append(f"static void {fn}_part({', '.join(decls)}, const int64_t *restrict S, "
+                       f"int64_t lo, int64_t hi) {{\n{body}}}\n")
+            out.append(
+                f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, int parallel) "
+                f"{{\n  const int64_t extent = {extent};\n"
+                f"  if (!parallel) {{ {fn}_part({call}, 0, extent); return; }}\n"
+                "  #pragma omp parallel\n  {\n"
+                "    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();\n"
+                "    const int64_t chunk = (extent + nt - 1) / nt;\n"
+                "    const int64_t lo = t * chunk, hi = lo + chunk < extent ? lo + chunk : "
+                "extent;\n"
+                f"    if (lo < hi) {fn}_part({call}, lo, hi);\n  }}\n}}\n")
         info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
                              "ops": [op.name for op in self.k.ops],
                              "speculative": self.k.speculative})
@@ -246,7 +265,8 @@ class _KernelEmitter:
         return "c" if d == self.n - 1 else f"i{d}"
 
     # body -----------------------------------------------------------------------------
-    def body(self) -> str:
+    def body(self) -> tuple[str, str]:
+        """The ``_part`` body and the C expression of its extent (rows, or column chunks)."""
         k = self.k
         if k.kind == "column":
             return self.column_body()
@@ -256,14 +276,11 @@ class _KernelEmitter:
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
         self.rowbuf = self._row_buffers(reductions)
-        lines = [f"  const int64_t R = {self.dim(rows)};", f"  const int64_t C = {self.dim(cols)};"]
-        lines.append("  #pragma omp parallel if (parallel)")
-        lines.append("  {")
+        lines = [f"  const int64_t C = {self.dim(cols)}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
-        lines.append("  #pragma omp for schedule(static)")
-        lines.append("  for (int64_t r = 0; r < R; ++r) {")
+        lines.append("  for (int64_t r = lo; r < hi; ++r) {")
         lines += ["    " + s for s in self.row_decomposition()]
         done: set[int] = set()
         self.cached: set[int] = set()  # row-buffered values ready for later phases
@@ -291,8 +308,7 @@ class _KernelEmitter:
         lines.append("  }")
         for name in self.rowbuf.values():
             lines.append(f"  free({name});")
-        lines.append("  }")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n", self.dim(rows)
 
     def _value(self, vid: int) -> Value:
         for op in self.k.ops:
@@ -549,8 +565,7 @@ class _KernelEmitter:
         lines = [
             f"  const int64_t R = {self.dim(rows)};",
             f"  const int64_t C = {self.dim(cols)};",
-            "  #pragma omp parallel for if (parallel) schedule(static)",
-            "  for (int64_t c0 = 0; c0 < C; c0 += 256) {",
+            "  for (int64_t c0 = lo * 256; c0 < hi * 256 && c0 < C; c0 += 256) {",
             "    const int64_t c1 = c0 + 256 < C ? c0 + 256 : C;",
             *init,
             "    for (int64_t r = 0; r < R; ++r) {",
@@ -562,7 +577,7 @@ class _KernelEmitter:
             *store,
             "  }",
         ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n", f"(({self.dim(cols)}) + 255) / 256"
 
     def _column_cone(self, red: Op) -> tuple[list[str], str]:
         saved_read = self.read
