@@ -578,3 +578,35 @@ def test_dot_layouts_get_transposed_for_blas(compiler, lhs_batch, rhs_batch, lhs
     g = b.build(b.dot_general(x, w, lhs_batch=lhs_batch, rhs_batch=rhs_batch,
                               lhs_contract=lhs_contract, rhs_contract=rhs_contract))
     check(compiler, g, [randn(*lshape), randn(*rshape)], rtol=1e-4, atol=1e-4)
+
+
+# -- convolution: per-tap GEMMs ----------------------------------------------------------------
+
+@pytest.mark.parametrize("layout, kernel, strides, padding, dilation, groups", [
+    ("NCHW", "OIHW", [1, 1], [[1, 1], [1, 1]], [1, 1], 1),
+    ("NHWC", "HWIO", [2, 2], [[0, 1], [1, 0]], [1, 1], 1),
+    ("NCHW", "OIHW", [1, 2], [[0, 0], [2, 2]], [2, 1], 1),
+    ("NCHW", "OIHW", [1, 1], [[1, 1], [1, 1]], [1, 1], 2),
+    ("NCW", "OIW", [1], [[2, 0]], [1], 1),
+])
+def test_convolution_through_gemm(compiler, layout, kernel, strides, padding, dilation,
+                                  groups) -> None:
+    b = GraphBuilder("conv")
+    N, H = b.symbol("N"), b.symbol("H")
+    sp = len(layout) - 2
+    C, OUT, K = 4, 6, 3
+    spatial = [H] + [b.symbol("W")] * (sp - 1)
+    in_shape = {"N": N, "C": C, "H": H, "W": spatial[-1]}
+    x = b.input("x", "f32", [in_shape[ch] for ch in layout])
+    k_shape = {"O": OUT, "I": C // groups, "H": K, "W": K}
+    w = b.input("w", "f32", [k_shape[ch] for ch in kernel])
+    y = b.convolution(x, w, window_strides=strides, padding=padding, lhs_dilation=[1] * sp,
+                      rhs_dilation=dilation, feature_group_count=groups, input_layout=layout,
+                      kernel_layout=kernel, output_layout=layout)
+    g = b.build(b.tanh(y))
+    for n, h in [(2, 9), (1, 8), (0, 7), (3, 16)]:
+        dims = {"N": n, "C": C, "H": h, "W": h + 1}
+        xs = randn(*[dims[ch] for ch in layout])
+        ks = {"O": OUT, "I": C // groups, "H": K, "W": K}
+        exe = check(compiler, g, [xs, randn(*[ks[ch] for ch in kernel])], rtol=1e-4, atol=1e-4)
+    assert exe.artifact.metadata["native"]["needs_blas"]

@@ -12,7 +12,7 @@ from typing import Any
 from ..ir import Graph
 from .emit import ABI_VERSION, emit_module
 from .fusion import NativeUnsupported, plan_fusion
-from .lower import canonicalize_dots, split_reductions
+from .lower import canonicalize_dots, lower_convolutions, split_reductions
 from .toolchain import CompilerNotFound, find_toolchain
 
 NATIVE_ENGINE = "native"
@@ -39,6 +39,7 @@ def native_target() -> str:
 
 def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:
     t0 = time.perf_counter()
+    lower_convolutions(graph)
     split_reductions(graph)
     canonicalize_dots(graph)
     plan = plan_fusion(graph)

@@ -51,7 +51,10 @@ def dim_c(e: Expr, symbols: dict[str, int]) -> str:
                 factors.append(f"S[{symbols[atom.name]}]")
             else:
                 assert isinstance(atom, Func)
-                args = ", ".join(dim_c(a, symbols) for a in atom.args)
-                factors.append(f"disc_{atom.fn}({args})")
+                args = [dim_c(a, symbols) for a in atom.args]
+                text = args[0]
+                for arg in args[1:]:  # min/max take any number of arguments: fold pairwise
+                    text = f"disc_{atom.fn}({text}, {arg})"
+                factors.append(text)
         parts.append("*".join(factors))
     return "(" + " + ".join(parts) + ")"

@@ -56,6 +56,16 @@ def kdim(e: Entry) -> int | None:
     return e if isinstance(e, int) else None
 
 
+def _sized(e: Entry, same_size: bool) -> Entry:
+    """Keep an identity entry affine when the sizes differ (a slice of a larger dim), so the
+    size checks for directly mapped dims do not apply to it."""
+    if isinstance(e, int) and not same_size:
+        from ..symbolic import as_expr
+
+        return Aff(e, as_expr(1), as_expr(0))
+    return e
+
+
 def red_axes(op: Op) -> list[int] | None:
     """The axes a reduction-like op (reduce, argmax, argmin) removes, None for other ops."""
     if op.name == "reduce":
@@ -202,8 +212,9 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
         return tuple(next(missing) if j in axes else next(kept) for j in range(v.rank)), {}
     if name == "slice":
         a = op.attrs
-        return tuple(compose(result_map[j], a["stride"][j], a["start"][j])
-                     for j in range(v.rank)), {}
+        res = op.results[0].shape
+        return tuple(_sized(compose(result_map[j], a["stride"][j], a["start"][j]),
+                            v.shape[j] == res[j]) for j in range(v.rank)), {}
     if name == "reverse":
         dims = op.attrs["dimensions"]
         return tuple(compose(e, -1, v.shape[j] - 1) if j in dims else e

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
+
 from ..ir import Graph, Op, Value
 from ..opdef import get_op
 
@@ -74,5 +78,93 @@ def canonicalize_dots(graph: Graph) -> None:
             "rhs_contract": list(range(nb, nb + nc))})
         new_ops.append(new)
         replace[id(op.results[0])] = new.results[0]
+    graph.ops = new_ops
+    graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
+
+
+class _Emitter:
+    """Appends ops built from definitions to a list (a tiny builder for rewrites)."""
+
+    def __init__(self, ops: list[Op]):
+        self.ops = ops
+
+    def __call__(self, name: str, *operands: Value, **attrs: object) -> Value:
+        op = get_op(name).build(list(operands), attrs)
+        self.ops.append(op)
+        return op.results[0]
+
+
+def lower_convolutions(graph: Graph) -> None:
+    """convolution -> per-tap GEMMs: the strategy is im2col done one kernel tap at a time.
+
+    The input goes to [N, spatial..., C] (transpose, then zero padding), the kernel to
+    [spatial..., I, O]. Each kernel tap is a strided slice of the input, [N, out..., C],
+    contracted with that tap's [I, O] weights by BLAS; the taps' products are summed by
+    one fused kernel, and the result transposed to the output layout. Feature groups run
+    group by group and are concatenated. Memory traffic is that of im2col (each input
+    element is read once per tap) without materializing the whole patch matrix at once.
+    """
+    from .fusion import NativeUnsupported
+
+    new_ops: list[Op] = []
+    emit = _Emitter(new_ops)
+    replace: dict[int, Value] = {}
+    for op in graph.ops:
+        op.operands = [replace.get(id(v), v) for v in op.operands]
+        if op.name != "convolution":
+            new_ops.append(op)
+            continue
+        a = op.attrs
+        lhs, rhs = op.operands
+        il, kl, ol = a["input_layout"], a["kernel_layout"], a["output_layout"]
+        sp = [ch for ch in il if ch not in "NC"]
+        if any(d != 1 for d in a["lhs_dilation"]) or a["batch_group_count"] != 1:
+            raise NativeUnsupported("convolution with lhs_dilation or batch groups")
+        ksizes = [rhs.shape[kl.index(s)] for s in sp]
+        if not all(k.is_const for k in ksizes):
+            raise NativeUnsupported("convolution with a symbolic kernel size")
+        x = emit("transpose", lhs, permutation=[il.index("N"), *[il.index(s) for s in sp],
+                                                 il.index("C")])
+        w = emit("transpose", rhs, permutation=[*[kl.index(s) for s in sp], kl.index("I"),
+                                                 kl.index("O")])
+        lows = [lo for lo, _ in a["padding"]]
+        highs = [hi for _, hi in a["padding"]]
+        if any(lows) or any(highs):
+            zero = emit("constant", value=np.zeros((), lhs.dtype.np))
+            x = emit("pad", x, zero, low=[0, *lows, 0], high=[0, *highs, 0],
+                     interior=[0] * lhs.rank)
+        res = op.results[0]
+        outs = [res.shape[ol.index(s)] for s in sp]
+        n, c = x.shape[0], x.shape[-1]
+        i_feat, o_feat = w.shape[-2], w.shape[-1]
+        groups = a["feature_group_count"]
+        if groups > 1 and not (c.is_const and o_feat.is_const):
+            raise NativeUnsupported("grouped convolution with symbolic feature counts")
+        og = o_feat // groups
+        parts = []
+        for g in range(groups):
+            acc = None
+            for tap in itertools.product(*[range(k.value) for k in ksizes]):
+                starts = [t * d for t, d in zip(tap, a["rhs_dilation"])]
+                xs = emit("slice", x,
+                          start=[0, *starts, g * i_feat],
+                          limit=[n, *[s0 + (o - 1) * st + 1 for s0, o, st in
+                                      zip(starts, outs, a["window_strides"])], (g + 1) * i_feat],
+                          stride=[1, *a["window_strides"], 1])
+                ws = emit("slice", w, start=[*tap, 0, g * og],
+                          limit=[*[t + 1 for t in tap], i_feat, (g + 1) * og],
+                          stride=[1] * w.rank)
+                ws = emit("reshape", ws, shape=[i_feat, og])
+                prod = emit("dot_general", xs, ws, lhs_batch=[], rhs_batch=[],
+                            lhs_contract=[xs.rank - 1], rhs_contract=[0])
+                acc = prod if acc is None else emit("add", acc, prod)
+            parts.append(acc)
+        y = parts[0] if groups == 1 else emit("concatenate", *parts, dimension=lhs.rank - 1)
+        src = ["N", *sp, "C"]
+        y = emit("transpose", y, permutation=[src.index(ch) for ch in ol])
+        if y.type != res.type:
+            raise NativeUnsupported(f"convolution lowering produced {y.type}, expected "
+                                    f"{res.type}")
+        replace[id(res)] = y
     graph.ops = new_ops
     graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
