@@ -610,3 +610,15 @@ def test_convolution_through_gemm(compiler, layout, kernel, strides, padding, di
         ks = {"O": OUT, "I": C // groups, "H": K, "W": K}
         exe = check(compiler, g, [xs, randn(*[ks[ch] for ch in kernel])], rtol=1e-4, atol=1e-4)
     assert exe.artifact.metadata["native"]["needs_blas"]
+
+
+def test_bad_output_buffer_from_the_caller_is_a_clear_error(compiler) -> None:
+    from disc_runtime import DiscRuntimeError
+
+    exe = compiler.compile(softmax())
+    with pytest.raises(DiscRuntimeError, match=r"allocate_output for output #0 returned float32 "
+                                               r"\(2, 2\).*expected a contiguous float32"):
+        exe.run([randn(3, 4)], allocate_output=lambda i, s, d: np.empty((2, 2), np.float32))
+    with pytest.raises(DiscRuntimeError, match="contiguous: False"):
+        exe.run([randn(3, 4)],
+                allocate_output=lambda i, s, d: np.empty((4, 3), np.float32).T)

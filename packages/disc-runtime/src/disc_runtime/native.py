@@ -20,9 +20,10 @@ from typing import Any
 import cffi
 import numpy as np
 
+from .arrays import as_numpy
 from .artifact import Artifact
 from .dtypes import numpy_dtype
-from .errors import EngineError, InputError
+from .errors import DiscRuntimeError, EngineError, InputError
 
 ABI_VERSION = 1
 MODULE_FILE = "native/module.so"
@@ -59,10 +60,18 @@ def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
     state: _CallState = _ffi.from_handle(ctx)
     try:
         shape = tuple(shape_ptr[0:rank]) if rank else ()
+        dtype = state.dtypes[index]
         if state.allocate is not None:
-            arr = state.allocate(index, shape, state.dtypes[index].name)
+            arr = state.allocate(index, shape, dtype.name)
+            if type(arr) is not np.ndarray:
+                arr = as_numpy(arr, what=f"allocate_output for output #{index}")
+            if arr.shape != shape or arr.dtype != dtype or not arr.flags.c_contiguous:
+                raise DiscRuntimeError(
+                    f"allocate_output for output #{index} returned {arr.dtype} {arr.shape} "
+                    f"(contiguous: {arr.flags.c_contiguous}), expected a contiguous {dtype} "
+                    f"array of shape {shape}")
         else:
-            arr = np.empty(shape, state.dtypes[index])
+            arr = np.empty(shape, dtype)
         state.outputs[index] = arr
         return _ffi.from_buffer(arr) if arr.size else _NONNULL
     except BaseException as exc:  # never let an exception unwind through C frames

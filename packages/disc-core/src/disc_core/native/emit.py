@@ -377,7 +377,16 @@ class _KernelEmitter:
         self.counter += 1
         acc = f"acc{self.counter}"
         out = [f"{ctype(dt)} {acc} = {_identity(kind, dt)};"]
-        pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})"}.get(kind)
+        # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN" flag
+        # instead of a NaN-aware select, which the compiler cannot turn into a vector max
+        split_nan = kind in ("max", "min") and dt.is_float
+        if split_nan:
+            out.append(f"int {acc}_nan = 0;")
+        pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
+                  "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
+                  "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
+        if split_nan:
+            pragma += f" reduction(|:{acc}_nan)"
         out.append("#pragma omp simd" + (f" {pragma}" if pragma else ""))
         out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
@@ -387,8 +396,15 @@ class _KernelEmitter:
         buf = self.rowbuf.get(id(red.operands[0]))
         if buf is not None and id(red.operands[0]) not in self.cached:
             out.append(f"  {buf}[c] = {x};")
-        out.append("  " + _combine(kind, dt, acc, x))
+        if split_nan:
+            cmp = ">" if kind == "max" else "<"
+            out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : {acc}; "
+                       f"{acc}_nan |= t != t; }}")
+        else:
+            out.append("  " + _combine(kind, dt, acc, x))
         out.append("}")
+        if split_nan:
+            out.append(f"if ({acc}_nan) {acc} = NAN;")
         if buf is not None:
             self.cached.add(id(red.operands[0]))
         self.var = saved
