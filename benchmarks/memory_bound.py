@@ -110,7 +110,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from disc_core import Compiler, GraphBuilder, JitFunction  # noqa: E402
+from disc_core import Compiler, GraphBuilder, JitFunction, catalog  # noqa: E402
 from disc_core import __version__ as disc_core_version  # noqa: E402
 from disc_runtime import CompileCache  # noqa: E402
 
@@ -118,97 +118,32 @@ torch.set_num_threads(THREADS)
 
 HIDDEN = 768
 
-# -- DISC graphs (the constructions of packages/disc-core/tests/test_native.py, hidden 768) ---
+# -- DISC graphs: disc_core.catalog, as the native-engine tests use them (hidden 768 here) ----
 
 
-def bcast(b: GraphBuilder, v: Any, shape: list, dims: list[int]) -> Any:
-    return b.broadcast_in_dim(v, shape=shape, broadcast_dimensions=dims)
-
-
-def scalar(b: GraphBuilder, value: float, shape: list) -> Any:
-    return bcast(b, b.constant(np.array(value, dtype=np.float32)), shape, [])
-
-
-def g_layernorm(hidden: int = HIDDEN):
-    b = GraphBuilder("layernorm")
-    B, S, H = b.symbol("B"), b.symbol("S"), hidden
-    x = b.input("x", "f32", [B, S, H])
-    g, bt = b.input("g", "f32", [H]), b.input("b", "f32", [H])
-    n = b.convert(b.get_dimension_size(x, dimension=2), dtype="f32")
-    nrow = bcast(b, n, [B, S], [])
-    mean = b.div(b.reduce(x, kind="sum", axes=[2]), nrow)
-    xc = b.sub(x, bcast(b, mean, [B, S, H], [0, 1]))
-    var = b.div(b.reduce(b.mul(xc, xc), kind="sum", axes=[2]), nrow)
-    rstd = b.rsqrt(b.add(var, scalar(b, 1e-5, [B, S])))
-    y = b.mul(xc, bcast(b, rstd, [B, S, H], [0, 1]))
-    return b.build(b.add(b.mul(y, bcast(b, g, [B, S, H], [2])), bcast(b, bt, [B, S, H], [2])))
+def g_layernorm():
+    return catalog.layernorm(hidden=HIDDEN)
 
 
 def g_softmax(rank: int = 3):
     """Softmax over the last axis; every dim symbolic (the row length is dynamic too)."""
-    b = GraphBuilder("softmax")
-    dims = [b.symbol(f"d{i}") for i in range(rank)]
-    x = b.input("x", "f32", dims)
-    keep = list(range(rank - 1))
-    m = bcast(b, b.reduce(x, kind="max", axes=[rank - 1]), dims, keep)
-    e = b.exp(b.sub(x, m))
-    s = bcast(b, b.reduce(e, kind="sum", axes=[rank - 1]), dims, keep)
-    return b.build(b.div(e, s))
+    return catalog.softmax(rank)
 
 
-def g_gelu_bias_residual(hidden: int = HIDDEN):
-    b = GraphBuilder("gelu")
-    B, S, H = b.symbol("B"), b.symbol("S"), hidden
-    shape = [B, S, H]
-    x, r = b.input("x", "f32", shape), b.input("res", "f32", shape)
-    bias = b.input("bias", "f32", [H])
-    h = b.add(x, bcast(b, bias, shape, [2]))
-    erf = b.erf(b.mul(h, scalar(b, 0.7071067811865476, shape)))
-    gelu = b.mul(b.mul(h, scalar(b, 0.5, shape)), b.add(erf, scalar(b, 1.0, shape)))
-    return b.build(b.add(gelu, r))
+def g_gelu_bias_residual():
+    return catalog.gelu_bias_residual(hidden=HIDDEN)
 
 
 def g_attention_scores():
-    b = GraphBuilder("scores")
-    B, H, S = b.symbol("B"), b.symbol("H"), b.symbol("S")
-    x = b.input("scores", "f32", [B, H, S, S])
-    mask = b.input("mask", "bool", [B, S])
-    shape = [B, H, S, S]
-    scaled = b.mul(x, scalar(b, 0.125, shape))
-    masked = b.select(bcast(b, mask, shape, [0, 3]), scaled, scalar(b, -1e9, shape))
-    m = bcast(b, b.reduce(masked, kind="max", axes=[3]), shape, [0, 1, 2])
-    e = b.exp(b.sub(masked, m))
-    return b.build(b.div(e, bcast(b, b.reduce(e, kind="sum", axes=[3]), shape, [0, 1, 2])))
+    return catalog.attention_scores()
 
 
-def g_rmsnorm(hidden: int = HIDDEN):
-    b = GraphBuilder("rmsnorm")
-    R, H = b.symbol("R"), hidden
-    x, w = b.input("x", "f32", [R, H]), b.input("w", "f32", [H])
-    ms = b.div(b.reduce(b.mul(x, x), kind="sum", axes=[1]), scalar(b, float(H), [R]))
-    rs = b.rsqrt(b.add(ms, scalar(b, 1e-6, [R])))
-    return b.build(b.mul(b.mul(x, bcast(b, rs, [R, H], [0])), bcast(b, w, [R, H], [1])))
+def g_rmsnorm():
+    return catalog.rmsnorm(hidden=HIDDEN)
 
 
-def g_layernorm_backward(hidden: int = HIDDEN):
-    b = GraphBuilder("ln_bwd")
-    N, H = b.symbol("N"), hidden
-    x, dy = b.input("x", "f32", [N, H]), b.input("dy", "f32", [N, H])
-    g = b.input("g", "f32", [H])
-    mean = b.div(b.reduce(x, kind="sum", axes=[1]), scalar(b, float(H), [N]))
-    xc = b.sub(x, bcast(b, mean, [N, H], [0]))
-    var = b.div(b.reduce(b.mul(xc, xc), kind="sum", axes=[1]), scalar(b, float(H), [N]))
-    rstd = b.rsqrt(b.add(var, scalar(b, 1e-5, [N])))
-    xhat = b.mul(xc, bcast(b, rstd, [N, H], [0]))
-    dgamma = b.reduce(b.mul(dy, xhat), kind="sum", axes=[0])
-    dbeta = b.reduce(dy, kind="sum", axes=[0])
-    dxhat = b.mul(dy, bcast(b, g, [N, H], [1]))
-    a = b.div(b.reduce(dxhat, kind="sum", axes=[1]), scalar(b, float(H), [N]))
-    c = b.div(b.reduce(b.mul(dxhat, xhat), kind="sum", axes=[1]), scalar(b, float(H), [N]))
-    dx = b.mul(bcast(b, rstd, [N, H], [0]),
-               b.sub(b.sub(dxhat, bcast(b, a, [N, H], [0])),
-                     b.mul(xhat, bcast(b, c, [N, H], [0]))))
-    return b.build(dx, dgamma, dbeta)
+def g_layernorm_backward():
+    return catalog.layernorm_backward(hidden=HIDDEN)
 
 
 # -- the same computations in torch -----------------------------------------------------------
