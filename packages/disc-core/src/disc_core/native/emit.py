@@ -55,6 +55,31 @@ static inline int64_t disc_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t disc_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t disc_clampi(int64_t i, int64_t top) { return i < 0 ? 0 : i > top ? top : i; }
 
+/* exp for float that vectorizes without special-case fallbacks (libmvec takes a slow path
+   for lanes that underflow, as masked attention scores do): Cody-Waite range reduction,
+   the Cephes polynomial (<= ~1 ulp), 2^k applied in two steps so results may be subnormal;
+   NaN, overflow and underflow handled by selects. */
+static inline float disc_pow2i(int32_t k) {
+  union { int32_t i; float f; } u; u.i = (k + 127) << 23; return u.f; }
+static inline float disc_expf(float x) {
+  const float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
+  const float k = floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = fmaf(k, -0.693359375f, xc);
+  r = fmaf(k, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  p = fmaf(p, r * r, r) + 1.0f;
+  const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
+  float res = p * disc_pow2i(k1) * disc_pow2i(k2);
+  res = x > 88.72283935546875f ? INFINITY : res;
+  res = x < -103.972084045410156f ? 0.0f : res;
+  return x != x ? x : res;
+}
+
 typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
 typedef void (*disc_sgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
                               const float *, int64_t, const float *, int64_t, float, float *,

@@ -13,8 +13,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# -fno-math-errno and -fno-trapping-math let math calls and float/int conversions vectorize;
+# DISC never reads errno or floating-point exception flags. NaN/infinity semantics are kept
+# (no -ffast-math).
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fwrapv",
-         "-fno-math-errno")
+         "-fno-math-errno", "-fno-trapping-math")
 
 
 class CompilerNotFound(RuntimeError):

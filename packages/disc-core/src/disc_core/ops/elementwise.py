@@ -405,14 +405,16 @@ C_TEMPLATES: dict[str, Callable[..., str]] = {
     "sign": _int_or_float(
         lambda dt, x: f"(({x}) != ({x}) ? ({x}) : (({x}) > 0) - (({x}) < 0))",
         lambda dt, x: f"((({x}) > 0) - (({x}) < 0))"),
-    "exp": _libm("exp"), "expm1": _libm("expm1"), "log": _libm("log"),
+    "exp": lambda dt, x: f"disc_expf({x})" if dt is DType.F32 else f"exp({x})",
+    "expm1": _libm("expm1"), "log": _libm("log"),
     "log1p": _libm("log1p"), "sqrt": _libm("sqrt"), "tanh": _libm("tanh"),
     "erf": _libm("erf"), "sin": _libm("sin"), "cos": _libm("cos"), "tan": _libm("tan"),
     "floor": _libm("floor"), "ceil": _libm("ceil"),
     "round": _libm("round"),  # C round(): half away from zero, like HLO round
     "round_even": _libm("rint"),  # default rounding mode: half to even
     "rsqrt": lambda dt, x: f"(1 / {_f(dt, 'sqrt')}({x}))",
-    "logistic": lambda dt, x: f"(1 / (1 + {_f(dt, 'exp')}(-({x}))))",
+    "logistic": lambda dt, x: (f"(1 / (1 + disc_expf(-({x}))))" if dt is DType.F32
+                               else f"(1 / (1 + exp(-({x}))))"),
     "not": lambda dt, x: f"(!({x}))" if dt.is_bool else f"(~({x}))",
     "is_finite": lambda dt, x: f"((uint8_t)isfinite({x}))",
     "add": lambda dt, a, b: f"(({a}) + ({b}))",
