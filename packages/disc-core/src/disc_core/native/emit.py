@@ -62,7 +62,9 @@ static inline int64_t disc_clampi(int64_t i, int64_t top) { return i < 0 ? 0 : i
 static inline float disc_pow2i(int32_t k) {
   union { int32_t i; float f; } u; u.i = (k + 127) << 23; return u.f; }
 static inline float disc_expf(float x) {
-  const float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
+  /* lanes whose result is 0 compute exp(0) instead, so no subnormal arithmetic (a
+     microcode assist per vector on x86) happens unless a result really is subnormal */
+  const float xc = x < -103.972084045410156f ? 0.0f : x > 89.0f ? 89.0f : x;
   const float k = floorf(xc * 1.44269504088896341f + 0.5f);
   float r = fmaf(k, -0.693359375f, xc);
   r = fmaf(k, 2.12194440e-4f, r);
