@@ -259,6 +259,8 @@ class _KernelEmitter:
         if v.rank == 0 or all(d is None for d in m):
             return "0"
         n = self.n
+        if self.k.kind == "column":  # rows = reduced dims, columns = kept dims, flattened
+            return "r*C + c" if m == tuple(range(n)) else "c"
         if not maybe and self.k.kind != "column" and tuple(v.shape) == tuple(self.k.space):
             if m == tuple(range(n)):
                 return "r*C + c"  # the common case: the value has the kernel's own layout
@@ -602,7 +604,7 @@ class _KernelEmitter:
             init += [f"    {ctype(dt)} acc{j}[256];",
                      f"    for (int64_t c = c0; c < c1; ++c) acc{j}[c - c0] = "
                      f"{_identity(kind, dt)};"]
-            cone, x = self._column_cone(red)  # type: ignore[arg-type]
+            cone, x = self.operand_cone(red, 0, set())  # type: ignore[arg-type]
             body += cone + [_combine(kind, dt, f"acc{j}[c - c0]", x)]
             store.append(f"    for (int64_t c = c0; c < c1; ++c) out{j}[c] = acc{j}[c - c0];")
         lines = [
@@ -621,30 +623,6 @@ class _KernelEmitter:
             "  }",
         ]
         return "\n".join(lines) + "\n", f"(({self.dim(cols)}) + 255) / 256"
-
-    def _column_cone(self, red: Op) -> tuple[list[str], str]:
-        saved_read = self.read
-
-        def read(op: Op, i: int) -> str:
-            v = op.operands[i]
-            lit = _scalar_constant(v)
-            if lit is not None:
-                return lit
-            base = (self.consts.array(v) if v.producer is not None
-                    and v.producer.name == "constant" else self.pname[id(v)])
-            m = self.k.reads[(id(op), i)]
-            if v.rank == 0 or all(d is None for d in m):
-                return f"{base}[0]"
-            if m == tuple(range(self.n)):
-                return f"{base}[r*C + c]"
-            return f"{base}[c]"
-
-        self.read = read  # type: ignore[method-assign]
-        try:
-            return self.operand_cone(red, 0, set())
-        finally:
-            self.read = saved_read  # type: ignore[method-assign]
-
 
 def _identity(kind: str, dt: DType) -> str:
     if kind == "sum":

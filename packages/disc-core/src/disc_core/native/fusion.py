@@ -294,19 +294,28 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
     return FusionPlan(steps)
 
 
-def _ancestors(graph: Graph) -> dict[int, int]:
-    """id(op) -> bitmask of the ops it depends on (graph.ops positions)."""
+@dataclass
+class _Ancestry:
+    """Which ops each op depends on, as bitmasks over graph.ops positions."""
+
+    pos: dict[int, int]
+    mask: dict[int, int]
+
+    def depends_on(self, op: Op, other: Op) -> bool:
+        return bool(self.mask[id(op)] >> self.pos[id(other)] & 1)
+
+
+def _ancestors(graph: Graph) -> _Ancestry:
     pos = {id(op): n for n, op in enumerate(graph.ops)}
-    anc: dict[int, int] = {}
+    mask: dict[int, int] = {}
     for op in graph.ops:
-        mask = 0
+        m = 0
         for v in op.operands:
             p = v.producer
             if p is not None:
-                mask |= anc[id(p)] | (1 << pos[id(p)])
-        anc[id(op)] = mask
-    anc["pos"] = pos  # type: ignore[index]
-    return anc
+                m |= mask[id(p)] | (1 << pos[id(p)])
+        mask[id(op)] = m
+    return _Ancestry(pos, mask)
 
 
 def _step_values(s: Step) -> tuple[list[Value], list[Value]]:
@@ -432,7 +441,7 @@ def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
 
 
 def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
-                 ancestors: dict) -> Kernel:
+                 ancestors: _Ancestry) -> Kernel:
     """Absorb producers to a fixpoint: an op joins once every user of its result has joined
     and all of them index it the same way; then record how the kernel reads the rest."""
     if red_axes(root) == list(range(root.operands[0].rank)):
@@ -525,7 +534,7 @@ def _duplicable(p: Op) -> bool:
 
 
 def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[Op]],
-              needed: set[int], members: dict[int, Op], root: Op, ancestors: dict
+              needed: set[int], members: dict[int, Op], root: Op, ancestors: _Ancestry
               ) -> bool | str:
     """False, True (fuse) or "output" (fuse and also write ``v``: multi-output fusion)."""
     if not _fusible(p) or not _dims_agree(v, need, k.space):
@@ -549,11 +558,10 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
         # written by this kernel for its other readers: only in a layout the kernel writes
         # (full rows, or one value per row in a row kernel), and only if no other reader
         # is an ancestor of the kernel (that would make a cycle)
-        pos = ancestors["pos"]
         row_level = (k.kind == "row" or becomes_row) and need == tuple(range(k.rank - 1))
         if k.kind == "column" or not (need == tuple(range(k.rank)) or row_level):
             return False
-        if any(ancestors[id(root)] >> pos[id(u)] & 1 for u in external):
+        if any(ancestors.depends_on(root, u) for u in external):
             return False
         verdict = "output"
     if becomes_row:
