@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +31,12 @@ from disc_runtime import (
 from disc_runtime import __version__ as runtime_version
 
 from . import engine
+from ._version import __version__
 from .ir import Graph, TensorType
 from .native.build import NATIVE_ENGINE, build_native, native_target
 from .native.fusion import NativeUnsupported
 from .parser import parse_graph
 from .passes import default_pipeline
-
-try:
-    __version__ = metadata.version("disc-core")
-except metadata.PackageNotFoundError:
-    __version__ = "0.1.0"
 
 engine.register()
 
