@@ -29,6 +29,17 @@ FRAMEWORK_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+def installed_distribution(distributions: tuple[str, ...]) -> tuple[str, str] | None:
+    """(name, version) of the first of ``distributions`` that is installed, from package
+    metadata only (the framework is never imported), or None."""
+    for dist in distributions:
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 class UnsupportedFrameworkError(ImportError):
     """The framework a bridge needs is not installed, or not in its supported range."""
 
@@ -71,12 +82,7 @@ class FrameworkRequirement:
 
         Reads package metadata only: the framework is not imported.
         """
-        for dist in self.distributions:
-            try:
-                return dist, metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return None
+        return installed_distribution(self.distributions)
 
     def check(self, installed: str | None = None) -> str:
         """Return the installed framework version, or raise UnsupportedFrameworkError.

@@ -9,7 +9,7 @@ keeps passes honest and lets the text form be re-verified on parse.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -164,9 +164,6 @@ class Graph:
                 out.setdefault(v, []).append(op)
         return out
 
-    def walk(self) -> Iterator[Op]:
-        return iter(list(self.ops))
-
     def free_symbols(self) -> set[str]:
         out: set[str] = set()
         for v in self.inputs:
@@ -175,13 +172,6 @@ class Graph:
             for r in op.results:
                 out |= r.type.free_symbols()
         return out
-
-    def replace_all_uses(self, old: Value, new: Value) -> None:
-        if old.type != new.type:
-            raise ValueError(f"cannot replace {old.type} with {new.type}")
-        for op in self.ops:
-            op.operands = [new if v is old else v for v in op.operands]
-        self.outputs = [new if v is old else v for v in self.outputs]
 
     def __str__(self) -> str:
         from .printer import print_graph

@@ -248,6 +248,9 @@ class Attr:
     default: Any = REQUIRED
     choices: tuple[Any, ...] | None = None
     doc: str = ""
+    #: (other attribute, value): when omitted, ``value`` once per entry of the other
+    #: attribute (slice strides default to ones, one per start index)
+    fill_like: tuple[str, Any] | None = None
 
 
 # -- verification context -------------------------------------------------------------
@@ -450,6 +453,10 @@ class OpDef:
                 raise VerifyError(f"{cls.name}: attribute {key}={spec.kind.format(val)} is not "
                                   f"one of {allowed}")
             out[key] = val
+        for key, spec in cls.attrs.items():
+            if spec.fill_like is not None and out[key] is None:
+                like, value = spec.fill_like
+                out[key] = spec.kind.normalize([value] * len(out[like]))
         return out
 
     @classmethod

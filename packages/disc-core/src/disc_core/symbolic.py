@@ -179,12 +179,6 @@ class Expr:
             raise ValueError(f"dimension {self} is not a bare symbol")
         return self.terms[0][0][0].name  # type: ignore[union-attr]
 
-    def const_part(self) -> int:
-        for m, c in self.terms:
-            if m == ():
-                return c
-        return 0
-
     def free_symbols(self) -> set[str]:
         out: set[str] = set()
         for m, _ in self.terms:

@@ -28,18 +28,28 @@ from .errors import DiscRuntimeError, EngineError, InputError
 ABI_VERSION = 1
 MODULE_FILE = "native/module.so"
 
-# cffi rather than ctypes: a call plus its output callback costs a few microseconds,
-# which is the per-call overhead budget for small tensors.
-_ffi = cffi.FFI()
-_ffi.cdef("""
+#: The C contract between a compiled module and this engine, in one place: disc-core's
+#: code generator pastes ABI_TYPES into every module and defines the ABI_ENTRY functions.
+ABI_TYPES = """
 typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
 typedef struct {
-  disc_alloc_fn alloc; void *alloc_ctx; void *sgemm; void *dgemm; int64_t *counters;
+  disc_alloc_fn alloc;
+  void *alloc_ctx;
+  void *sgemm;  /* ILP64 cblas_sgemm / cblas_dgemm, or NULL */
+  void *dgemm;
+  int64_t *counters;  /* optional: one slot per kernel version, see the artifact metadata */
 } disc_env;
+"""
+ABI_ENTRY = """
 int64_t disc_abi_version(void);
 int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in,
                  const disc_env *env, char *err, int64_t errlen);
-""")
+"""
+
+# cffi rather than ctypes: a call plus its output callback costs a few microseconds,
+# which is the per-call overhead budget for small tensors.
+_ffi = cffi.FFI()
+_ffi.cdef(ABI_TYPES + ABI_ENTRY)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 
 

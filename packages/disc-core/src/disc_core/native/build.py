@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from disc_runtime.native import ABI_VERSION, MODULE_FILE
+
 from ..ir import Graph
-from .emit import ABI_VERSION, emit_module
+from .emit import emit_module
 from .fusion import NativeUnsupported, plan_fusion
 from .lower import canonicalize_dots, lower_convolutions, split_reductions
 from .toolchain import CompilerNotFound, find_toolchain
@@ -62,5 +64,5 @@ def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:
     }
     if vector_report:
         meta["vector_report"] = report
-    return NativeBuild({"native/module.so": data, "native/module.c": info.source.encode()},
+    return NativeBuild({MODULE_FILE: data, "native/module.c": info.source.encode()},
                        meta)

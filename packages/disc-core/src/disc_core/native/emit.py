@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from disc_runtime.native import ABI_TYPES, ABI_VERSION
+
 from ..dtypes import DType
 from ..ir import Graph, Op, Value
 from ..symbolic import Expr, product, smax
@@ -36,10 +38,9 @@ from .fusion import (
     kdim,
 )
 
-ABI_VERSION = 1
 PAR_MIN = 1 << 15
 
-PRELUDE = r"""
+PRELUDE = "#include <stdint.h>\n" + ABI_TYPES + r"""
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,20 +83,12 @@ static inline float disc_expf(float x) {
   return x != x ? x : res;
 }
 
-typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
 typedef void (*disc_sgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
                               const float *, int64_t, const float *, int64_t, float, float *,
                               int64_t);
 typedef void (*disc_dgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double,
                               const double *, int64_t, const double *, int64_t, double,
                               double *, int64_t);
-typedef struct {
-  disc_alloc_fn alloc;
-  void *alloc_ctx;
-  void *sgemm;
-  void *dgemm;
-  int64_t *counters; /* optional: one slot per kernel version, see the artifact metadata */
-} disc_env;
 
 #ifdef DISC_LIBMVEC
 /* glibc's vector math library: lets loops calling these vectorize (declared simd only
@@ -658,23 +651,23 @@ def _combine(kind: str, dt: DType, acc: str, x: str) -> str:
 
 # -- host -----------------------------------------------------------------------------------
 
-class _Buffers:
-    """Storage for every materialized value: inputs, constants, outputs, arena slots."""
-
-    def __init__(self, plan: FusionPlan):
-        self.root: dict[int, Value] = {}  # alias groups: id(value) -> group root value
-        for s in plan.steps:
-            if isinstance(s, Alias):
-                src = s.op.operands[0]
-                self.root[id(s.op.results[0])] = self.group(src)
-
-    def group(self, v: Value) -> Value:
-        return self.root.get(id(v), v)
+def _alias_roots(plan: FusionPlan) -> dict[int, Value]:
+    """id(reshape result) -> the value whose buffer it shares (reshapes are zero-copy)."""
+    root: dict[int, Value] = {}
+    for s in plan.steps:
+        if isinstance(s, Alias):
+            src = s.op.operands[0]
+            root[id(s.op.results[0])] = root.get(id(src), src)
+    return root
 
 
 def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constants,
                info: ModuleInfo) -> str:
-    bufs = _Buffers(plan)
+    roots = _alias_roots(plan)
+
+    def group(v: Value) -> Value:
+        return roots.get(id(v), v)
+
     L: list[str] = []
     w = L.append
     w(f"int64_t disc_abi_version(void) {{ return {ABI_VERSION}; }}")
@@ -710,7 +703,7 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
     out_ids: dict[int, int] = {}
     copies: list[tuple[Value, int]] = []
     for i, v in enumerate(graph.outputs):
-        g = bufs.group(v)
+        g = group(v)
         if id(g) in storage or id(g) in out_ids or (g.producer and g.producer.name == "constant"):
             copies.append((v, i))  # needs its own buffer and a copy
             continue
@@ -727,9 +720,9 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
     step_reads: list[list[Value]] = []
     for s in plan.steps:
         if isinstance(s, Kernel):
-            step_reads.append([bufs.group(v) for v in s.inputs])
+            step_reads.append([group(v) for v in s.inputs])
         else:
-            step_reads.append([bufs.group(v) for v in s.op.operands])
+            step_reads.append([group(v) for v in s.op.operands])
     slots: list[list[Value]] = []
     slot_of: dict[int, int] = {}
     last_use: dict[int, int] = {}
@@ -743,7 +736,7 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
         produced = s.outputs if isinstance(s, Kernel) else s.op.results
         taken: set[int] = set()  # a step's outputs never share a slot with each other
         for res in produced:
-            g = bufs.group(res)
+            g = group(res)
             if id(g) in storage:
                 continue
             reusable = [sl for last, sl in free_after if last < n and sl not in taken]
@@ -772,7 +765,7 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
             storage[gid] = f"slot{sl}"
 
     def ptr(v: Value) -> str:
-        g = bufs.group(v)
+        g = group(v)
         if g.producer is not None and g.producer.name == "constant":
             return consts.array(g)
         return storage[id(g)]

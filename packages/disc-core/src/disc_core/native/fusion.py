@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import Graph, Op, Value
+from ..symbolic import as_expr
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,6 @@ def _sized(e: Entry, same_size: bool) -> Entry:
     """Keep an identity entry affine when the sizes differ (a slice of a larger dim), so the
     size checks for directly mapped dims do not apply to it."""
     if isinstance(e, int) and not same_size:
-        from ..symbolic import as_expr
-
         return Aff(e, as_expr(1), as_expr(0))
     return e
 
@@ -77,8 +76,6 @@ def red_axes(op: Op) -> list[int] | None:
 
 def compose(e: Entry, scale: object, offset: object) -> Entry:
     """The entry of ``scale * index + offset`` where ``index`` follows ``e``."""
-    from ..symbolic import as_expr
-
     s, o = as_expr(scale), as_expr(offset)  # type: ignore[arg-type]
     if isinstance(e, Aff):
         d, s, o = e.dim, s * e.scale, s * e.offset + o  # type: ignore[operator]

@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 
 from ..ir import Graph, Op, Value
-from ..opdef import get_op
+from ..opdef import Rewriter
+from ..passes.rewrite import rewrite_ops
 
 
 def split_reductions(graph: Graph) -> None:
@@ -16,25 +17,16 @@ def split_reductions(graph: Graph) -> None:
     Kept as is: single-axis reductions (row schedule) and reductions over a strict prefix of
     the axes (column schedule). Reordering changes only floating-point summation order.
     """
-    replace: dict[int, Value] = {}
-    new_ops: list[Op] = []
-    reduce = get_op("reduce")
-    for op in graph.ops:
-        op.operands = [replace.get(id(v), v) for v in op.operands]
+    def split(op: Op, rw: Rewriter) -> Value | None:
         axes = sorted(op.attrs["axes"]) if op.name == "reduce" else []
-        x = op.operands[0] if op.operands else None
-        prefix = axes == list(range(len(axes))) and x is not None and len(axes) < x.rank
-        if op.name != "reduce" or len(axes) <= 1 or prefix:
-            new_ops.append(op)
-            continue
-        cur = x
+        if len(axes) <= 1 or (axes == list(range(len(axes))) and len(axes) < op.operands[0].rank):
+            return None
+        cur = op.operands[0]
         for a in reversed(axes):  # innermost first keeps the remaining axis numbers valid
-            step = reduce.build([cur], {"kind": op.attrs["kind"], "axes": [a]})
-            new_ops.append(step)
-            cur = step.results[0]
-        replace[id(op.results[0])] = cur
-    graph.ops = new_ops
-    graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
+            cur = rw.op("reduce", cur, kind=op.attrs["kind"], axes=[a])
+        return cur
+
+    rewrite_ops(graph, split)
 
 
 def canonicalize_dots(graph: Graph) -> None:
@@ -46,15 +38,9 @@ def canonicalize_dots(graph: Graph) -> None:
     """
     from .emit import gemm_layout
 
-    transpose = get_op("transpose")
-    dot = get_op("dot_general")
-    replace: dict[int, Value] = {}
-    new_ops: list[Op] = []
-    for op in graph.ops:
-        op.operands = [replace.get(id(v), v) for v in op.operands]
+    def to_blas_layout(op: Op, rw: Rewriter) -> Value | None:
         if op.name != "dot_general" or gemm_layout(op) is not None:
-            new_ops.append(op)
-            continue
+            return None
         a = op.attrs
         lhs, rhs = op.operands
         lfree = [d for d in range(lhs.rank)
@@ -64,34 +50,14 @@ def canonicalize_dots(graph: Graph) -> None:
         lperm = list(a["lhs_batch"]) + lfree + list(a["lhs_contract"])
         rperm = list(a["rhs_batch"]) + list(a["rhs_contract"]) + rfree
         nb, nc = len(a["lhs_batch"]), len(a["lhs_contract"])
-        operands = []
-        for v, perm in ((lhs, lperm), (rhs, rperm)):
-            if perm == list(range(v.rank)):
-                operands.append(v)
-                continue
-            t = transpose.build([v], {"permutation": perm})
-            new_ops.append(t)
-            operands.append(t.results[0])
-        new = dot.build(operands, {
-            "lhs_batch": list(range(nb)), "rhs_batch": list(range(nb)),
-            "lhs_contract": list(range(nb + len(lfree), nb + len(lfree) + nc)),
-            "rhs_contract": list(range(nb, nb + nc))})
-        new_ops.append(new)
-        replace[id(op.results[0])] = new.results[0]
-    graph.ops = new_ops
-    graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
+        operands = [v if perm == list(range(v.rank)) else rw.op("transpose", v, permutation=perm)
+                    for v, perm in ((lhs, lperm), (rhs, rperm))]
+        return rw.op("dot_general", *operands,
+                     lhs_batch=list(range(nb)), rhs_batch=list(range(nb)),
+                     lhs_contract=list(range(nb + len(lfree), nb + len(lfree) + nc)),
+                     rhs_contract=list(range(nb, nb + nc)))
 
-
-class _Emitter:
-    """Appends ops built from definitions to a list (a tiny builder for rewrites)."""
-
-    def __init__(self, ops: list[Op]):
-        self.ops = ops
-
-    def __call__(self, name: str, *operands: Value, **attrs: object) -> Value:
-        op = get_op(name).build(list(operands), attrs)
-        self.ops.append(op)
-        return op.results[0]
+    rewrite_ops(graph, to_blas_layout)
 
 
 def lower_convolutions(graph: Graph) -> None:
@@ -106,14 +72,10 @@ def lower_convolutions(graph: Graph) -> None:
     """
     from .fusion import NativeUnsupported
 
-    new_ops: list[Op] = []
-    emit = _Emitter(new_ops)
-    replace: dict[int, Value] = {}
-    for op in graph.ops:
-        op.operands = [replace.get(id(v), v) for v in op.operands]
+    def lower(op: Op, rw: Rewriter) -> Value | None:
         if op.name != "convolution":
-            new_ops.append(op)
-            continue
+            return None
+        emit = rw.op
         a = op.attrs
         lhs, rhs = op.operands
         il, kl, ol = a["input_layout"], a["kernel_layout"], a["output_layout"]
@@ -165,6 +127,6 @@ def lower_convolutions(graph: Graph) -> None:
         if y.type != res.type:
             raise NativeUnsupported(f"convolution lowering produced {y.type}, expected "
                                     f"{res.type}")
-        replace[id(res)] = y
-    graph.ops = new_ops
-    graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
+        return y
+
+    rewrite_ops(graph, lower)

@@ -39,14 +39,6 @@ def _fmt(vals: Iterable[Any]) -> str:
     return "[" + ", ".join(str(v) for v in vals) + "]"
 
 
-def _fill_default(attrs: dict[str, Any], key: str, like: str, fill: int) -> dict[str, Any]:
-    """An omitted per-dim INTS attribute becomes ``fill`` for every entry of ``like``, so
-    the normal form (and the printed text) always holds the explicit list."""
-    if attrs[key] is None:
-        attrs[key] = (fill,) * len(attrs[like])
-    return attrs
-
-
 def _check_indices(ctx: Ctx, first: int, rank: int, label: str) -> None:
     """Operands ``first..`` are rank-0 integer start indices, one per dim of ``label``."""
     n = len(ctx.types) - first
@@ -83,13 +75,10 @@ class Slice(OpDef):
     name = "slice"
     operands = ("x",)
     attrs = {"start": Attr(DIMS), "limit": Attr(DIMS),
-             "stride": Attr(INTS, default=None, doc="defaults to all ones")}
+             "stride": Attr(INTS, default=None, doc="defaults to all ones",
+                            fill_like=("start", 1))}
     traits = TRAITS
     summary = "x[start:limit:stride]"
-
-    @classmethod
-    def normalize_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
-        return _fill_default(super().normalize_attrs(attrs), "stride", "start", 1)
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -318,13 +307,10 @@ class Pad(OpDef):
     name = "pad"
     operands = ("x", "padding_value")
     attrs = {"low": Attr(DIMS), "high": Attr(DIMS),
-             "interior": Attr(INTS, default=None, doc="defaults to all zeros")}
+             "interior": Attr(INTS, default=None, doc="defaults to all zeros",
+                              fill_like=("low", 0))}
     traits = TRAITS
     summary = "edge and interior padding"
-
-    @classmethod
-    def normalize_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
-        return _fill_default(super().normalize_attrs(attrs), "interior", "low", 0)
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

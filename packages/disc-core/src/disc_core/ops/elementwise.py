@@ -21,7 +21,6 @@ from ..ir import Op, TensorType, Value
 from ..opdef import DTYPE, STR, Attr, Ctx, Env, InterpretError, OpDef, Rewriter
 from ..shape_facts import Eq, Fact
 
-SIGNED_INTS = (DType.I8, DType.I16, DType.I32, DType.I64)
 LOGICAL_DTYPES = (DType.BOOL,) + INT_DTYPES
 
 

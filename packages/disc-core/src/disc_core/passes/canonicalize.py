@@ -6,6 +6,7 @@ from ..ir import Graph, Op, Value
 from ..opdef import Rewriter, registry
 from .algebraic import RULES, Rule, swap_operands_rules
 from .manager import Pass
+from .rewrite import rewrite_ops
 
 
 class Canonicalize(Pass):
@@ -18,30 +19,13 @@ class Canonicalize(Pass):
             self.rules.setdefault(r.op, []).append(r)
 
     def run(self, graph: Graph) -> bool:
-        replace: dict[int, Value] = {}
-        new_ops: list[Op] = []
-        changed = False
-        for op in graph.ops:
-            op.operands = [replace.get(id(v), v) for v in op.operands]
-            repl = None
-            if len(op.results) == 1:
-                rw = Rewriter()
-                repl = op.opdef.canonicalize(op, rw)
-                if repl is None:
-                    for rule in self.rules.get(op.name, ()):
-                        if rule.applies(op):
-                            rw = Rewriter()
-                            repl = rule.rewrite(op, rw)
-                            break
-            if repl is None or repl is op.results[0]:
-                new_ops.append(op)
-                continue
-            if repl.type != op.results[0].type:
-                raise AssertionError(f"canonicalizing {op.name} changed its type from "
-                                     f"{op.results[0].type} to {repl.type}")
-            new_ops.extend(rw.created)
-            replace[id(op.results[0])] = repl
-            changed = True
-        graph.ops = new_ops
-        graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
-        return changed
+        return rewrite_ops(graph, self.rewrite)
+
+    def rewrite(self, op: Op, rw: Rewriter) -> Value | None:
+        repl = op.opdef.canonicalize(op, rw)
+        if repl is not None:
+            return repl
+        for rule in self.rules.get(op.name, ()):
+            if rule.applies(op):
+                return rule.rewrite(op, rw)
+        return None

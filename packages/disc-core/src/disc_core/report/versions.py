@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from ..frameworks import FRAMEWORK_DISTRIBUTIONS
+from ..frameworks import FRAMEWORK_DISTRIBUTIONS, installed_distribution
 
 __all__ = [
     "BRIDGE_FRAMEWORKS",
@@ -42,8 +42,4 @@ def disc_versions() -> dict[str, str]:
 
 def framework_version(framework: str) -> tuple[str, str] | None:
     """(distribution, version) of the first installed provider of ``framework``, or None."""
-    for dist in FRAMEWORK_DISTRIBUTIONS.get(framework, ()):
-        version = distribution_version(dist)
-        if version is not None:
-            return dist, version
-    return None
+    return installed_distribution(FRAMEWORK_DISTRIBUTIONS.get(framework, ()))
