@@ -558,3 +558,43 @@ def test_native_f32_exp_is_accurate_over_its_whole_range(compiler) -> None:
     with np.errstate(all="ignore"):
         libm = np.exp(x)
     np.testing.assert_allclose(got[~normal], libm[~normal], rtol=0, atol=3e-45)
+
+
+def test_value_needed_by_two_kernels_is_written_once(compiler):
+    """A mask read by two reductions used to be an extra output of both kernels: written
+    twice, once into a reused buffer (cross-entropy came out wrong)."""
+    b = GraphBuilder("mask_twice")
+    x = b.input("x", "f32", ["n", "c"])
+    t = b.input("t", "i64", ["n"])
+    m = b.reduce(x, kind="max", axes=[1])
+    s = b.sub(x, b.broadcast_in_dim(m, shape=["n", "c"], broadcast_dimensions=[0]))
+    lse = b.log(b.reduce(b.exp(s), kind="sum", axes=[1]))
+    ls = b.sub(s, b.broadcast_in_dim(lse, shape=["n", "c"], broadcast_dimensions=[0]))
+    keep = b.compare(t, b.broadcast_in_dim(b.constant(-100), shape=["n"],
+                                           broadcast_dimensions=[]), direction="ne")
+    tt = b.select(keep, t, b.broadcast_in_dim(b.constant(0), shape=["n"],
+                                              broadcast_dimensions=[]))
+    picked = b.reshape(b.gather_elements(ls, b.reshape(tt, shape=["n", 1]), axis=1),
+                       shape=["n"])
+    zero = b.broadcast_in_dim(b.constant(0.0), shape=["n"], broadcast_dimensions=[])
+    total = b.reduce(b.select(keep, b.neg(picked), zero), kind="sum", axes=[0])
+    count = b.convert(b.reduce(b.convert(keep, dtype="i64"), kind="sum", axes=[0]),
+                      dtype="f32")
+    g = b.build(b.div(total, count))
+    rng = np.random.default_rng(0)
+    for n, c in [(3, 5), (6, 33), (1, 7)]:
+        check(compiler, g, [rng.random((n, c), dtype=np.float32),
+                            rng.integers(0, c, (n,))])
+
+
+def test_kernel_rooted_at_an_iota_chain(compiler):
+    """A cluster of only index arithmetic (a causal mask) has no input tensors at all."""
+    b = GraphBuilder("mask_only")
+    carrier = b.input("n", "u8", ["n", 0])
+    rows = b.broadcast_in_dim(b.iota(shape=["n"], dimension=0, dtype="i64"), shape=["n", "n"],
+                              broadcast_dimensions=[0])
+    cols = b.iota(shape=["n", "n"], dimension=1, dtype="i64")
+    g = b.build(b.compare(cols, rows, direction="le"))
+    del carrier
+    for n in (1, 4, 9):
+        check(compiler, g, [np.empty((n, 0), np.uint8)])

@@ -8,6 +8,7 @@ executable up on every call (a dict hit after the first) and counts compilations
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -29,6 +30,7 @@ from disc_runtime import (
     default_cache,
 )
 from disc_runtime import __version__ as runtime_version
+from disc_runtime.native import ABI_VERSION as NATIVE_ABI_VERSION
 
 from . import engine
 from ._version import __version__
@@ -39,6 +41,18 @@ from .parser import parse_graph
 from .passes import default_pipeline
 
 engine.register()
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of disc-core's own source: part of every cache key, so a changed compiler
+    (an upgrade, or a development checkout) never loads artifacts an older one built."""
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _spec(name: str, t: TensorType) -> TensorSpec:
@@ -94,29 +108,40 @@ class Compiler:
             "graph": hashlib.sha256(graph_text.encode()).hexdigest(),
             "inputs": [list(t) for t in input_types],
             "disc-core": __version__,
+            "compiler": compiler_fingerprint(),
             "disc-runtime": runtime_version,
             "target": self.target,
+            "abi": NATIVE_ABI_VERSION,  # a module built for another engine ABI never loads
             "optimize": self.optimize,
         })
 
     def compile(self, graph: Graph) -> Executable:
         """The executable for ``graph`` (one compilation per distinct graph and target)."""
+        return self.compile_traced(graph)[0]
+
+    def compile_traced(self, graph: Graph) -> tuple[Executable, str]:
+        """Like :meth:`compile`, plus where the executable came from: "miss" (compiled
+        now), "memory" or "disk" (a cache hit). Bridges put this in the coverage report."""
         text = str(graph)
-        return self._get(text, [(v.dtype.np_name, v.rank) for v in graph.inputs])
+        return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs])
 
     def _get(self, text: str, input_types: Sequence[tuple[str, int]]) -> Executable:
+        return self._lookup(text, input_types)[0]
+
+    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]]
+                ) -> tuple[Executable, str]:
         key = self.key(text, input_types)
         exe = self._executables.get(key)
         if exe is not None:
             self.stats.record("memory", 0.0)
-            return exe
+            return exe, "memory"
         t0 = time.perf_counter()
         artifact, source = self.cache.get_or_build(key, lambda path: self._build(text, key, path))
         exe = Executable.load(artifact)
         self.stats.record(source, time.perf_counter() - t0)
         with self._lock:
             self._executables.setdefault(key, exe)
-        return self._executables[key]
+        return self._executables[key], source
 
     def _build(self, text: str, key: str, path: Path) -> Artifact:
         graph = parse_graph(text)  # a private copy: passes mutate

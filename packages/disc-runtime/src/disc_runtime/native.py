@@ -25,7 +25,7 @@ from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, InputError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MODULE_FILE = "native/module.so"
 
 #: The C contract between a compiled module and this engine, in one place: disc-core's
@@ -38,6 +38,10 @@ typedef struct {
   void *sgemm;  /* ILP64 cblas_sgemm / cblas_dgemm, or NULL */
   void *dgemm;
   int64_t *counters;  /* optional: one slot per kernel version, see the artifact metadata */
+  /* optional: the BLAS's per-thread thread count (OpenBLAS openblas_set_num_threads_local,
+     returns the previous count). Modules run GEMMs on their own OpenMP team with one BLAS
+     thread each: a second thread pool spinning next to OpenMP's halves throughput. */
+  int (*blas_threads_local)(int);
 } disc_env;
 """
 ABI_ENTRY = """
@@ -92,6 +96,12 @@ def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
 @functools.lru_cache(maxsize=1)
 def find_blas() -> tuple[int, int]:
     """(sgemm, dgemm) addresses of an ILP64 CBLAS, or (0, 0) when none is found."""
+    return _find_blas()[:2]
+
+
+@functools.lru_cache(maxsize=1)
+def _find_blas() -> tuple[int, int, int]:
+    """(sgemm, dgemm, per-thread thread-count setter or 0)."""
     import ctypes
 
     candidates = []
@@ -106,10 +116,14 @@ def find_blas() -> tuple[int, int]:
             lib = ctypes.CDLL(path)
             s = ctypes.cast(lib.scipy_cblas_sgemm64_, ctypes.c_void_p).value
             d = ctypes.cast(lib.scipy_cblas_dgemm64_, ctypes.c_void_p).value
-            return int(s or 0), int(d or 0)
+            try:
+                local = ctypes.cast(lib.openblas_set_num_threads_local, ctypes.c_void_p).value
+            except AttributeError:  # OpenBLAS < 0.3.27: BLAS calls from threads serialize
+                local = 0
+            return int(s or 0), int(d or 0), int(local or 0)
         except (OSError, AttributeError):
             continue
-    return 0, 0
+    return 0, 0, 0
 
 
 class NativeModule:
@@ -125,9 +139,10 @@ class NativeModule:
         self.n_in = len(sig.inputs)
         self.out_dtypes = [numpy_dtype(s.dtype) for s in sig.outputs]
         self.num_counters = len(artifact.metadata.get("native", {}).get("counters", []))
-        sgemm, dgemm = find_blas()
+        sgemm, dgemm, local = _find_blas()
         self.sgemm = _ffi.cast("void *", sgemm)
         self.dgemm = _ffi.cast("void *", dgemm)
+        self.blas_threads_local = _ffi.cast("int (*)(int)", local)
         self._local = threading.local()
 
     def _slot(self) -> _Slot:
@@ -155,6 +170,7 @@ class NativeModule:
         state.allocate, state.error = allocate_output, None
         env = slot.env
         env.sgemm, env.dgemm = self.sgemm, self.dgemm
+        env.blas_threads_local = self.blas_threads_local
         env.counters = (_ffi.from_buffer("int64_t[]", counters) if counters is not None
                         else _ffi.NULL)
         try:

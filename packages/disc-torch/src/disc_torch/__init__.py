@@ -1,8 +1,14 @@
-"""DISC bridge for PyTorch (skeleton).
+"""DISC for PyTorch: ``torch.compile(model, backend="disc")`` or ``disc_torch.optimize(model)``.
 
-Importing it checks the installed torch version (without importing torch) and raises
-UnsupportedFrameworkError, an ImportError, when torch is missing or unsupported.
+Importing the package checks the installed torch version (from metadata, without importing
+torch) and raises UnsupportedFrameworkError, an ImportError, when torch is missing or
+unsupported. The backend itself is imported lazily: torch finds it through the
+``torch_dynamo_backends`` entry point without importing this package first.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from disc_core import report as _report  # imported now so that DISC_REPORT=path takes effect
 from disc_torch._version_check import (
@@ -20,17 +26,38 @@ FRAMEWORK_VERSION = check_framework_version()
 __all__ = [
     "FRAMEWORK_VERSION",
     "SUPPORTED",
+    "DiscConfig",
     "UnsupportedFrameworkError",
     "__version__",
     "check_framework_version",
+    "compile_count",
+    "disc_backend",
+    "optimize",
     "report",
 ]
+
+_LAZY = {"DiscConfig": "config", "disc_backend": "backend", "optimize": "backend"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"disc_torch.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'disc_torch' has no attribute {name!r}")
 
 
 def report():
     """This process's coverage report of torch graphs: what ran compiled, what fell back, why.
 
     A snapshot, as a ``disc_core.report.Report`` (docs/report-schema.md); later calls see later
-    graphs. ``DISC_REPORT=path`` writes the report of every bridge at exit.
+    graphs. ``DISC_REPORT=path`` (or the ``report_path`` option) writes it at exit.
     """
     return _report.current("torch")
+
+
+def compile_count(target: str = "auto") -> int:
+    """How many DISC compilations (cache misses) this process has done for torch graphs."""
+    from disc_torch.backend import get_compiler
+
+    return get_compiler(target).stats.compiles

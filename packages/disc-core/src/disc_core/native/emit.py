@@ -105,6 +105,8 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 #endif
 
 #define DISC_FAIL(...) do { snprintf(err, (size_t)errlen, __VA_ARGS__); goto fail; } while (0)
+/* below this many multiply-adds a GEMM runs on one thread (thread start-up would dominate) */
+#define DISC_GEMM_PARALLEL_MIN 262144.0
 """
 
 
@@ -873,18 +875,41 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
     t = ctype(dt)
     fn = "sgemm" if dt is DType.F32 else "dgemm"
     res = op.results[0]
+    lda, ldb = ("K" if ta == 111 else "M"), ("N" if tb == 111 else "K")
+    # a row block [m0, m1) of C reads rows m0.. of A (column offset m0 when A is transposed);
+    # a column block [n0, n1) reads columns n0.. of B (rows n0.. when B is transposed)
+    a_row = "m0 * K" if ta == 111 else "m0"
+    b_col = "n0" if tb == 111 else "n0 * K"
     return [
         "  {",
         f"    const int64_t M = {M}, N = {N}, K = {K}, B = {B};",
         f"    const {t} *A = (const {t} *){ptr(lhs)}; const {t} *Bm = (const {t} *){ptr(rhs)};",
         f"    {t} *Cm = ({t} *){ptr(res)};",
         f"    if (!env->{fn}) DISC_FAIL(\"no BLAS {fn} was provided to this module\");",
-        "    for (int64_t b = 0; b < B; ++b) {",
-        "      if (M == 0 || N == 0) break;",
-        "      if (K == 0) { memset(Cm + b*M*N, 0, (size_t)(M*N) * sizeof(*Cm)); continue; }",
-        f"      ((disc_{fn}_fn)env->{fn})(101, {ta}, {tb}, M, N, K, 1, A + b*M*K, "
-        f"{'K' if ta == 111 else 'M'}, Bm + b*K*N, {'N' if tb == 111 else 'K'}, 0, "
-        "Cm + b*M*N, N);",
+        "    if (M > 0 && N > 0 && K == 0) memset(Cm, 0, (size_t)(B*M*N) * sizeof(*Cm));",
+        "    if (M > 0 && N > 0 && K > 0) {",
+        "      /* GEMMs run on this module's OpenMP team, one BLAS thread per member: batches",
+        "         split across threads, else the longer of M and N does */",
+        "      const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? "
+        "omp_get_max_threads() : 1;",
+        "      #pragma omp parallel num_threads(nt) if (nt > 1)",
+        "      {",
+        "        const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;",
+        "        const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
+        "        const int by_batch = B >= T, by_rows = !by_batch && M >= N;",
+        "        const int64_t b0 = by_batch ? B * tid / T : 0;",
+        "        const int64_t b1 = by_batch ? B * (tid + 1) / T : B;",
+        "        const int64_t m0 = by_rows ? M * tid / T : 0;",
+        "        const int64_t m1 = by_rows ? M * (tid + 1) / T : M;",
+        "        const int64_t n0 = (!by_batch && !by_rows) ? N * tid / T : 0;",
+        "        const int64_t n1 = (!by_batch && !by_rows) ? N * (tid + 1) / T : N;",
+        "        if (m1 > m0 && n1 > n0)",
+        "          for (int64_t b = b0; b < b1; ++b)",
+        f"            ((disc_{fn}_fn)env->{fn})(101, {ta}, {tb}, m1 - m0, n1 - n0, K, 1, "
+        f"A + b*M*K + {a_row}, {lda}, Bm + b*K*N + {b_col}, {ldb}, 0, Cm + b*M*N + m0*N + n0, "
+        "N);",
+        "        if (env->blas_threads_local) env->blas_threads_local(prev);",
+        "      }",
         "    }",
         "  }",
     ]

@@ -276,7 +276,7 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             step = ScatterCall(op)
             reads = list(op.operands)
         elif _fusible(op):
-            step = _grow_kernel(op, users, needed, ancestors)
+            step = _grow_kernel(op, users, needed, ancestors, fused)
             fused.update(id(o) for o in step.ops if o.name not in DUPLICABLE)
             reads = step.inputs
         else:
@@ -438,10 +438,11 @@ def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
 
 
 def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
-                 ancestors: _Ancestry) -> Kernel:
+                 ancestors: _Ancestry, fused: set[int] = frozenset()) -> Kernel:
     """Absorb producers to a fixpoint: an op joins once every user of its result has joined
     and all of them index it the same way; then record how the kernel reads the rest."""
-    if red_axes(root) == list(range(root.operands[0].rank)):
+    axes = red_axes(root)
+    if axes is not None and axes == list(range(root.operands[0].rank)):
         kind, space, root_map = _full_reduction(root)
     else:
         kind, space, root_map = _root_space(root)
@@ -457,6 +458,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                 p = v.producer
                 if p is None or id(p) in members:
                     continue
+                if id(p) in fused and not _duplicable(p):
+                    continue  # another kernel already writes it: read it, never write twice
                 if op.name in GUARDED and not (_duplicable(p) and not v.rank):
                     continue  # a guarded operand is only read where in range: materialize
                 if op.name in INDIRECT and v is op.operands[0]:

@@ -1,0 +1,123 @@
+"""The TorchDynamo backend: ``torch.compile(model, backend="disc")``.
+
+Dynamo captures a graph; aot_autograd traces its forward and backward with torch's
+decompositions (:mod:`disc_torch.decompositions`); each of those ATen graphs is
+partitioned into DISC clusters and eager ops (:mod:`disc_torch.partition`). The backend is
+declared under the ``torch_dynamo_backends`` entry point, so torch finds it by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+from disc_core.compiler import Compiler
+from disc_core.report import configure as configure_report
+
+from .cluster import warn_once
+from .config import DiscConfig
+from .decompositions import decomposition_table
+from .partition import partition_and_compile
+
+__all__ = ["disc_backend", "get_compiler", "optimize"]
+
+_compilers: dict[str, Compiler] = {}
+_lock = threading.Lock()
+
+
+def get_compiler(target: str = "auto") -> Compiler:
+    """The process-wide DISC compiler of a target (its stats count compilations)."""
+    with _lock:
+        if target not in _compilers:
+            _compilers[target] = Compiler(target=target)
+        return _compilers[target]
+
+
+def _graph_compiler(config: DiscConfig, role: str) -> Callable[..., Any]:
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return partition_and_compile(gm, config, get_compiler(config.target), role)
+
+    return compile_graph
+
+
+def _dynamo_control_flow() -> tuple[type[BaseException], ...]:
+    import torch._dynamo.exc as dynamo_exc
+
+    names = ("RestartAnalysis", "TensorifyScalarRestartAnalysis", "SkipFrame")
+    return tuple(getattr(dynamo_exc, n) for n in names if hasattr(dynamo_exc, n))
+
+
+_DYNAMO_CONTROL_FLOW = _dynamo_control_flow()
+
+
+def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                 options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Dynamo backend entry point; ``options`` are :class:`DiscConfig` fields."""
+    config = DiscConfig.resolve({**(options or {}), **kwargs})
+    if config.report_path:
+        configure_report(config.report_path)
+    backend = aot_autograd(
+        fw_compiler=_graph_compiler(config, "forward"),
+        bw_compiler=_graph_compiler(config, "backward"),
+        inference_compiler=_graph_compiler(config, "inference"),
+        decompositions=decomposition_table(),
+        keep_inference_input_mutations=True,
+    )
+    try:
+        return backend(gm, example_inputs)
+    except _DYNAMO_CONTROL_FLOW:
+        raise  # dynamo restarting its analysis is not a failure
+    except Exception as exc:  # DISC must never break the user's program: run it eagerly
+        warn_once(f"DISC: a captured graph of {len(gm.graph.nodes)} nodes runs eagerly: "
+                  f"tracing it for DISC failed ({type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''})")
+        return gm.forward
+
+
+def size_oblivious() -> contextlib.AbstractContextManager:
+    """Trace sizes 0 and 1 like any other size (one graph, one DISC compile per rank)."""
+    import torch.fx.experimental._config as fx_config
+
+    return fx_config.patch(backed_size_oblivious=True)
+
+
+def optimize(model_or_fn: Any, **options: Any) -> Any:
+    """``torch.compile`` with the DISC backend and dynamic shapes; the one-line way in.
+
+    Keyword arguments are :class:`DiscConfig` fields (``min_cluster_size``,
+    ``excluded_ops``, ``report_path``, ``accuracy_check``, ...). Sizes 0 and 1 are traced
+    like other sizes, so a stream of shapes of one rank compiles once.
+    """
+    config = DiscConfig.resolve(options)
+    compiled = torch.compile(model_or_fn, backend=disc_backend, dynamic=config.dynamic,
+                             options=dict(options))
+
+    @functools.wraps(model_or_fn if callable(model_or_fn) and not isinstance(
+        model_or_fn, torch.nn.Module) else model_or_fn.forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with size_oblivious():
+            return compiled(*args, **kwargs)
+
+    if isinstance(model_or_fn, torch.nn.Module):
+        return _OptimizedModule(model_or_fn, compiled, run)
+    return run
+
+
+class _OptimizedModule(torch.nn.Module):
+    """The user's module with forward going through DISC (parameters shared, not copied)."""
+
+    def __init__(self, original: torch.nn.Module, compiled: Any, run: Callable[..., Any]):
+        super().__init__()
+        self._orig_mod = original
+        # not registered as submodules: the parameters live once, in _orig_mod
+        object.__setattr__(self, "_compiled", compiled)
+        object.__setattr__(self, "_run", run)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._run(*args, **kwargs)

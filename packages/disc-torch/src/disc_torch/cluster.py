@@ -1,0 +1,158 @@
+"""A compiled cluster as an nn.Module inside the partitioned FX graph.
+
+It owns the cluster's original FX submodule (the eager fallback) and, when compilation
+succeeded, a disc-runtime executable. Tensors go in as zero-copy numpy views; outputs are
+allocated as torch tensors through the runtime's ``allocate_output`` hook, so what comes
+back is torch memory written by the native module, no copy. Any failure inside DISC turns
+the cluster into its eager fallback for good, warns once, and is recorded in the report.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from disc_core.report import ReasonCode
+from disc_core.symbolic import parse_expr, solve_linear
+
+from .lowering import LoweredCluster
+
+__all__ = ["ClusterModule", "DiscFallbackWarning"]
+
+_NP_TO_TORCH = {np.dtype(k): v for k, v in {
+    "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16,
+    "float32": torch.float32, "float64": torch.float64}.items()}
+_NP_NAME_TO_TORCH = {k.name: v for k, v in _NP_TO_TORCH.items()}
+
+_warned: set[str] = set()
+
+
+class DiscFallbackWarning(UserWarning):
+    """A DISC cluster runs eagerly instead (the program's results are unaffected)."""
+
+
+def warn_once(message: str) -> None:
+    if message in _warned:
+        return
+    _warned.add(message)
+    warnings.warn(message, DiscFallbackWarning, stacklevel=3)
+
+
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    if t.requires_grad:
+        t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t.numpy()
+
+
+class ClusterModule(torch.nn.Module):
+    """Runs one cluster through DISC, or its FX submodule when DISC cannot."""
+
+    def __init__(self, fallback: torch.fx.GraphModule, cluster_id: int, recorder: Any,
+                 *, single_output: bool, accuracy_check: tuple[float, float] | None = None):
+        super().__init__()
+        self.fallback = fallback
+        self.cluster_id = cluster_id
+        self._recorder = recorder
+        self._single = single_output
+        self._exe: Any = None
+        self._lowered: LoweredCluster | None = None
+        self._sources: list[tuple[str, tuple]] = []
+        self._check = accuracy_check
+        self._checks_left = 3 if accuracy_check else 0
+        self.seconds = 0.0  # time in DISC calls, for the graph's fallback share
+        #: arguments of the cluster itself; more may follow that only bind size symbols
+        self.n_own = sum(1 for n in fallback.graph.nodes if n.op == "placeholder")
+
+    @property
+    def compiled(self) -> bool:
+        return self._exe is not None
+
+    def attach(self, lowered: LoweredCluster, executable: Any) -> None:
+        self._lowered = lowered
+        self._tensor_args = lowered.tensor_args
+        self._sources = [(name, _prepare(src)) for name, src in lowered.symbol_sources]
+        self._exe = executable
+
+    def fail(self, code: ReasonCode, detail: str) -> None:
+        """From now on this cluster runs eagerly; say so once and record why."""
+        self._exe = None
+        self._recorder.cluster_failed(self.cluster_id, code, detail)
+        warn_once(f"DISC: a cluster of {len(self._op_nodes())} ops runs eagerly ({code.value}): "
+                  f"{detail}")
+
+    def _op_nodes(self) -> list[torch.fx.Node]:
+        return [n for n in self.fallback.graph.nodes if n.op == "call_function"]
+
+    def forward(self, *args: Any) -> Any:
+        if self._exe is None:
+            return self.fallback(*args[:self.n_own])
+        start = time.perf_counter()
+        try:
+            outs = self._run(args)
+        except Exception as exc:  # DISC must never break the user's program
+            self.fail(ReasonCode.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}")
+            return self.fallback(*args[:self.n_own])
+        elapsed = time.perf_counter() - start
+        self.seconds += elapsed
+        self._recorder.cluster_call(self.cluster_id, elapsed)
+        if self._checks_left:
+            self._checks_left -= 1
+            mismatch = self._compare(outs, args)
+            if mismatch:
+                self.fail(ReasonCode.RUNTIME_ERROR, f"accuracy check failed: {mismatch}")
+                return self.fallback(*args[:self.n_own])
+        return outs[0] if self._single else tuple(outs)
+
+    def _run(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
+        arrays = [_as_numpy(args[i]) for i in self._tensor_args]
+        for _name, source in self._sources:
+            arrays.append(np.empty((_symbol_value(source, args, self.n_own), 0), np.uint8))
+        allocated: dict[int, torch.Tensor] = {}
+
+        def allocate(index: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+            t = torch.empty(shape, dtype=_NP_NAME_TO_TORCH[dtype])
+            allocated[index] = t
+            return t.numpy()
+
+        results = self._exe.run(arrays, allocate_output=allocate)
+        return [allocated[i] if i in allocated else torch.from_numpy(np.asarray(r))
+                for i, r in enumerate(results)]
+
+    def _compare(self, outs: list[torch.Tensor], args: tuple[Any, ...]) -> str | None:
+        expected = self.fallback(*args[:self.n_own])
+        expected = [expected] if self._single else list(expected)
+        rtol, atol = self._check or (0.0, 0.0)
+        for i, (got, want) in enumerate(zip(outs, expected)):
+            if got.shape != want.shape or got.dtype != want.dtype:
+                return f"output #{i} is {got.dtype} {tuple(got.shape)}, eager gives " \
+                       f"{want.dtype} {tuple(want.shape)}"
+            if not torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+                err = (got.double() - want.double()).abs().max().item()
+                return f"output #{i} differs from eager by up to {err:.3g}"
+        return None
+
+
+def _prepare(source: tuple) -> tuple:
+    if source[0] == "dim":
+        return ("dim", source[1], source[2], parse_expr(source[3]))
+    return source
+
+
+def _symbol_value(source: tuple, args: tuple[Any, ...], n_own: int) -> int:
+    if source[0] == "arg":
+        return int(args[source[1]])
+    if source[0] == "extra":
+        value = args[n_own + source[1]]
+        return int(value) if source[2] is None else int(value.shape[source[2]])
+    _, pos, axis, expr = source
+    solved = solve_linear(expr, int(args[pos].shape[axis]), {})
+    if solved is None:
+        raise ValueError(f"cannot solve {expr} = {args[pos].shape[axis]}")
+    return solved[1]

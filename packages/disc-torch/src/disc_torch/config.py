@@ -1,0 +1,107 @@
+"""One object for every disc-torch option; environment variables override it.
+
+Precedence (lowest to highest): the dataclass defaults, ``DISC_*`` environment variables,
+and the keyword arguments given to :func:`disc_torch.optimize` or ``torch.compile(...,
+options={...})``. Environment variables exist so that a deployed script can be tuned
+without editing it; code should prefer the options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DiscConfig", "ENV_VARS"]
+
+#: option name -> environment variable that overrides it
+ENV_VARS = {
+    "min_cluster_size": "DISC_MIN_CLUSTER_SIZE",
+    "excluded_ops": "DISC_EXCLUDE_OPS",
+    "report_path": "DISC_REPORT",
+    "accuracy_check": "DISC_ACCURACY_CHECK",
+    "target": "DISC_TARGET",
+}
+
+
+@dataclass(frozen=True)
+class DiscConfig:
+    """Options of the disc-torch backend.
+
+    Attributes:
+        min_cluster_size: clusters with fewer ATen ops run eagerly (a compiled call costs
+            a few microseconds; one or two cheap ops are not worth it).
+        excluded_ops: ATen op names (``"aten.mm"`` or ``"aten.mm.default"``) never compiled.
+        report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        accuracy_check: run every compiled cluster's first 3 calls eagerly too and compare
+            (on by default: a safety net while the native engine matures);
+            a mismatch falls the cluster back to eager with a warning and a report entry.
+        rtol, atol: tolerances of the accuracy check.
+        target: "auto" (native code when a C compiler exists), "native" or "reference".
+        dynamic: ask dynamo for dynamic shapes (one graph per rank, not per shape).
+    """
+
+    min_cluster_size: int = 2
+    excluded_ops: frozenset[str] = field(default_factory=frozenset)
+    report_path: str | None = None
+    accuracy_check: bool = True
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    target: str = "auto"
+    dynamic: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.excluded_ops, str):
+            object.__setattr__(self, "excluded_ops", frozenset(_split(self.excluded_ops)))
+        else:
+            object.__setattr__(self, "excluded_ops", frozenset(self.excluded_ops))
+        if not isinstance(self.min_cluster_size, int) or self.min_cluster_size < 1:
+            raise ValueError(f"min_cluster_size must be an int >= 1, got {self.min_cluster_size!r}")
+        if self.target not in ("auto", "native", "reference"):
+            raise ValueError(f"target must be 'auto', 'native' or 'reference', got {self.target!r}")
+
+    @classmethod
+    def resolve(cls, options: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> DiscConfig:
+        """Defaults, then environment overrides, then ``options``."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, var in ENV_VARS.items():
+            raw = environ.get(var)
+            if raw is None or raw == "":
+                continue
+            values[name] = _parse_env(name, var, raw)
+        known = {f.name for f in dataclasses.fields(cls)}
+        for name, value in (options or {}).items():
+            if name not in known:
+                raise TypeError(f"unknown disc-torch option {name!r}; options are "
+                                f"{', '.join(sorted(known))}")
+            values[name] = value
+        return cls(**values)
+
+    def excludes(self, op_name: str) -> bool:
+        """``op_name`` like ``aten.mm.default``; a packet name (``aten.mm``) excludes all."""
+        if op_name in self.excluded_ops:
+            return True
+        return op_name.rsplit(".", 1)[0] in self.excluded_ops
+
+
+def _split(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _parse_env(name: str, var: str, raw: str) -> Any:
+    if name == "min_cluster_size":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{var}={raw!r}: expected an integer >= 1") from None
+    if name == "excluded_ops":
+        return frozenset(_split(raw))
+    if name == "accuracy_check":
+        if raw.lower() not in ("0", "1", "true", "false", "yes", "no"):
+            raise ValueError(f"{var}={raw!r}: expected 0/1/true/false")
+        return raw.lower() in ("1", "true", "yes")
+    return raw

@@ -1,0 +1,275 @@
+"""Views, layout changes, concatenation, padding and tensor creation.
+
+In a functional ATen graph a view is just a new value, so views become reshapes,
+transposes, slices and broadcasts; aliasing is aot_autograd's business, not ours. Result
+shapes come from the recorded fake tensors (``-1`` and SymInt arithmetic are already
+resolved there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from disc_core.symbolic import Expr
+
+from ..lowering import ConversionError, Lowering
+from .registry import ALL_DTYPES, NUMERIC_DTYPES, converter
+
+aten = torch.ops.aten
+
+BIG = 2 ** 62  # torch writes "to the end" as INT64_MAX
+
+
+@converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+           aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
+           aten.alias.default, aten.clone.default, aten.lift_fresh_copy.default,
+           aten.detach.default, aten.contiguous.default, aten.flatten.using_ints,
+           aten._reshape_alias.default, dtypes=ALL_DTYPES)
+def reshape(ctx, node):
+    return ctx.reshape(ctx.value(node.args[0]), ctx.shape(node))
+
+
+def _to_copy_check(node):
+    device = node.kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return f"copy to device {device}"
+    return None
+
+
+@converter(aten._to_copy.default, aten.to.dtype, dtypes=ALL_DTYPES, check=_to_copy_check)
+def to_copy(ctx, node):
+    return ctx.cast(ctx.value(node.args[0]), ctx.dtype(node))
+
+
+@converter(aten.permute.default, dtypes=ALL_DTYPES)
+def permute(ctx, node):
+    x = ctx.value(node.args[0])
+    perm = [d % max(x.rank, 1) for d in node.args[1]]
+    if perm == list(range(x.rank)):
+        return x
+    return ctx.op("transpose", x, permutation=perm)
+
+
+@converter(aten.t.default, aten.transpose.int, aten.numpy_T.default, dtypes=ALL_DTYPES)
+def transpose(ctx, node):
+    x = ctx.value(node.args[0])
+    if x.rank < 2:
+        return x
+    if node.target is aten.transpose.int:
+        a, b = (d % x.rank for d in node.args[1:3])
+    else:
+        a, b = 0, 1
+    perm = list(range(x.rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    if a == b:
+        return x
+    return ctx.op("transpose", x, permutation=perm)
+
+
+@converter(aten.expand.default, aten.expand_copy.default, dtypes=ALL_DTYPES)
+def expand(ctx, node):
+    return ctx.broadcast_to(ctx.value(node.args[0]), ctx.shape(node))
+
+
+def _index(ctx: Lowering, value: Any, size: Expr, *, is_end: bool) -> Expr:
+    """A slice bound (int or SymInt, maybe negative or past the end) as a core dim."""
+    if value is None:
+        return size if is_end else Expr.const(0)
+    e = ctx.expr(value)
+    if e.is_const:
+        v = e.value
+        if v >= BIG:
+            return size
+        if v < 0:
+            if size.is_const:
+                return Expr.const(max(size.value + v, 0))
+            return size + v
+        if size.is_const:
+            return Expr.const(min(v, size.value))
+        return e
+    return e
+
+
+def _slice_check(node):
+    step = node.args[4] if len(node.args) > 4 else node.kwargs.get("step", 1)
+    return None if isinstance(step, int) and step >= 1 else f"slice step {step!r}"
+
+
+@converter(aten.slice.Tensor, dtypes=ALL_DTYPES, check=_slice_check)
+def slice_(ctx, node):
+    x = ctx.value(node.args[0])
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % x.rank
+    start = node.args[2] if len(node.args) > 2 else node.kwargs.get("start")
+    step = node.args[4] if len(node.args) > 4 else node.kwargs.get("step", 1)
+    size = x.shape[dim]
+    lo = _index(ctx, start, size, is_end=False)
+    out_len = ctx.shape(node)[dim]
+    if lo == Expr.const(0) and out_len == size and step == 1:
+        return x
+    hi = lo + out_len if step == 1 else lo + (out_len - 1) * step + 1
+    starts = [Expr.const(0)] * x.rank
+    limits = list(x.shape)
+    strides = [1] * x.rank
+    starts[dim], limits[dim], strides[dim] = lo, hi, step
+    return ctx.op("slice", x, start=starts, limit=limits, stride=strides)
+
+
+@converter(aten.select.int, dtypes=ALL_DTYPES)
+def select(ctx, node):
+    x = ctx.value(node.args[0])
+    dim = node.args[1] % x.rank
+    index = ctx.expr(node.args[2])
+    size = x.shape[dim]
+    if index.is_const and index.value < 0:
+        index = size + index.value
+    starts = [Expr.const(0)] * x.rank
+    limits = list(x.shape)
+    starts[dim], limits[dim] = index, index + 1
+    s = ctx.op("slice", x, start=starts, limit=limits, stride=[1] * x.rank)
+    return ctx.reshape(s, ctx.shape(node))
+
+
+@converter(aten.cat.default, dtypes=ALL_DTYPES)
+def cat(ctx, node):
+    tensors = node.args[0]
+    dt = ctx.dtype(node)
+    out_rank = len(ctx.shape(node))
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % out_rank
+    parts = []
+    for t in tensors:
+        v = ctx.value(t)
+        if v.rank == 1 and out_rank != 1 and v.shape[0] == Expr.const(0):
+            continue  # torch skips legacy empty 1-d inputs
+        if v.shape[dim] == Expr.const(0):
+            continue
+        parts.append(ctx.cast(v, dt))
+    if not parts:
+        return ctx.full(0, dt, ctx.shape(node))
+    if len(parts) == 1:
+        return parts[0]
+    return ctx.op("concatenate", *parts, dimension=dim)
+
+
+@converter(aten.split_with_sizes.default, aten.split.Tensor, aten.unbind.int,
+           dtypes=ALL_DTYPES)
+def split(ctx, node):
+    x = ctx.value(node.args[0])
+    is_unbind = node.target is aten.unbind.int
+    dim_pos = 1 if is_unbind else 2
+    dim = (node.args[dim_pos] if len(node.args) > dim_pos else node.kwargs.get("dim", 0))
+    dim %= x.rank
+    outs = []
+    offset = Expr.const(0)
+    for meta in node.meta["val"]:
+        shape = ctx.shape(meta)
+        length = Expr.const(1) if is_unbind else shape[dim]
+        starts = [Expr.const(0)] * x.rank
+        limits = list(x.shape)
+        starts[dim], limits[dim] = offset, offset + length
+        s = ctx.op("slice", x, start=starts, limit=limits, stride=[1] * x.rank)
+        outs.append(ctx.reshape(s, shape))
+        offset = offset + length
+    return tuple(outs)
+
+
+@converter(aten.stack.default, dtypes=ALL_DTYPES)
+def stack(ctx, node):
+    shape = ctx.shape(node)
+    dim = (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) % len(shape)
+    dt = ctx.dtype(node)
+    parts = []
+    for t in node.args[0]:
+        v = ctx.cast(ctx.value(t), dt)
+        dims = list(v.shape)
+        dims.insert(dim, Expr.const(1))
+        parts.append(ctx.reshape(v, dims))
+    return parts[0] if len(parts) == 1 else ctx.op("concatenate", *parts, dimension=dim)
+
+
+def _pad_check(node):
+    pad = node.args[1]
+    if not all(isinstance(p, int) for p in pad):
+        return "padding computed at run time"
+    if any(p < 0 for p in pad):
+        return "negative padding (cropping)"
+    return None
+
+
+@converter(aten.constant_pad_nd.default, dtypes=ALL_DTYPES, check=_pad_check)
+def constant_pad(ctx, node):
+    x = ctx.value(node.args[0])
+    pad = list(node.args[1])
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    low, high = [0] * x.rank, [0] * x.rank
+    for i in range(len(pad) // 2):
+        axis = x.rank - 1 - i
+        low[axis], high[axis] = pad[2 * i], pad[2 * i + 1]
+    return ctx.op("pad", x, ctx.scalar(value, x.dtype), low=low, high=high,
+                  interior=[0] * x.rank)
+
+
+@converter(aten.flip.default, dtypes=ALL_DTYPES)
+def flip(ctx, node):
+    x = ctx.value(node.args[0])
+    dims = sorted({d % x.rank for d in node.args[1]})
+    return ctx.op("reverse", x, dimensions=dims) if dims else x
+
+
+# -- creation ------------------------------------------------------------------------------
+
+def _device_check(node):
+    device = node.kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return f"tensor created on {device}"
+    if node.kwargs.get("pin_memory"):
+        return "pin_memory=True"
+    return None
+
+
+def _fill_value(node: torch.fx.Node, position: int) -> Any:
+    value = node.args[position] if len(node.args) > position else node.kwargs.get("fill_value")
+    if not isinstance(value, (bool, int, float)):
+        raise ConversionError("fill value computed at run time")
+    return value
+
+
+@converter(aten.full.default, aten.scalar_tensor.default, dtypes=ALL_DTYPES,
+           check=_device_check)
+def full(ctx, node):
+    position = 1 if node.target is aten.full.default else 0
+    return ctx.full(_fill_value(node, position), ctx.dtype(node), ctx.shape(node))
+
+
+@converter(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
+           dtypes=ALL_DTYPES, check=_device_check)
+def full_like(ctx, node):
+    if node.target is aten.full_like.default:
+        value = _fill_value(node, 1)
+    else:
+        value = 0 if node.target is aten.zeros_like.default else 1
+    return ctx.full(value, ctx.dtype(node), ctx.shape(node))
+
+
+@converter(aten.arange.start_step, aten.arange.default, aten.arange.start,
+           dtypes=NUMERIC_DTYPES, check=_device_check)
+def arange(ctx, node):
+    args = list(node.args)
+    if node.target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else node.kwargs.get("step", 1)
+    for v in (start, step):
+        if not isinstance(v, (int, float)):
+            raise ConversionError("arange start/step computed at run time")
+    dt = ctx.dtype(node)
+    shape = ctx.shape(node)
+    idx = ctx.op("iota", shape=list(shape), dimension=0, dtype=dt)
+    if step != 1:
+        idx = ctx.op("mul", idx, ctx.full(step, dt, shape))
+    if start != 0:
+        idx = ctx.op("add", idx, ctx.full(start, dt, shape))
+    return idx
+

@@ -1,0 +1,241 @@
+"""Partition one ATen FX graph into DISC clusters and eager ops, compile the clusters.
+
+Steps: a verdict per tensor-producing node (:mod:`disc_torch.support`), the shared core
+clustering (:func:`disc_core.clustering.find_clusters`), one FX submodule per cluster
+(``fuse_by_partitions``), each wrapped in a :class:`ClusterModule` that runs the DISC
+executable; the coverage report is filled as this happens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+from disc_core.clustering import Support, find_clusters
+from disc_core.report import ReasonCode, get_collector, graph_report
+
+from .cluster import ClusterModule
+from .config import DiscConfig
+from .flops import estimate_flops
+from .lowering import LoweredCluster, lower_graph
+from .support import getitem_support, is_sym_node, is_tensor_node, node_support, op_type
+from .symbolic import UnsupportedSize, to_expr
+
+__all__ = ["PartitionedGraph", "partition_and_compile"]
+
+aten = torch.ops.aten
+_graph_ids = itertools.count()
+
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.alias.default,
+          aten.permute.default, aten.expand.default, aten.slice.Tensor, aten.select.int,
+          aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
+          aten.t.default, aten.transpose.int, aten.reshape.default}
+
+
+class PartitionedGraph:
+    """The callable handed back to aot_autograd: the partitioned GraphModule plus stats."""
+
+    def __init__(self, gm: torch.fx.GraphModule, clusters: list[ClusterModule], recorder: Any):
+        self.gm = gm
+        self.clusters = clusters
+        self._recorder = recorder
+        self._boxed_call = True
+
+    def __call__(self, args: list[Any]) -> Any:
+        before = sum(c.seconds for c in self.clusters)
+        start = time.perf_counter()
+        out = self.gm(*args)
+        args.clear()
+        total = time.perf_counter() - start
+        self._recorder.graph_call(max(total - (sum(c.seconds for c in self.clusters) - before),
+                                      0.0))
+        return out
+
+
+def _intermediate_sizes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """Tensor nodes that read a size computed from an intermediate (non-input) tensor:
+    clustering them with that tensor's producer would put a host size computation inside
+    a cluster, so they stay in torch."""
+    tainted: set[torch.fx.Node] = set()
+    readers: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not is_sym_node(node):
+            continue
+        for src in node.all_input_nodes:
+            if src in tainted or (src.op == "call_function" and not is_sym_node(src)):
+                tainted.add(node)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and any(s in tainted for s in node.all_input_nodes):
+            readers.add(node)
+    return readers
+
+
+def _returned_input_views(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """View ops of graph inputs that the graph returns: aot_autograd regenerates such
+    aliases from the input's metadata, so they must stay real torch views."""
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    found: set[torch.fx.Node] = set()
+
+    def views_input(n: torch.fx.Node) -> bool:
+        while n.op == "call_function" and n.target in _VIEWS:
+            n = n.args[0]
+        return n.op == "placeholder"
+
+    for r in out_node.all_input_nodes:
+        if r.op == "call_function" and r.target in _VIEWS and views_input(r):
+            n = r
+            while n.op == "call_function" and n.target in _VIEWS:
+                found.add(n)
+                n = n.args[0]
+    return found
+
+
+def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler: Any,
+                          role: str) -> PartitionedGraph:
+    name = f"{role}_{next(_graph_ids)}"
+    nodes = [n for n in gm.graph.nodes if is_tensor_node(n)]
+    node_set = set(nodes)
+    verdicts: dict[torch.fx.Node, Support] = {}
+    never: set[torch.fx.Node] = set()
+    size_readers = _intermediate_sizes(gm)
+    returned_views = _returned_input_views(gm)
+    for n in nodes:
+        if config.excludes(op_type(n)) or config.excludes(str(n.target)):
+            never.add(n)
+            verdicts[n] = Support(False, "excluded by the user", code=ReasonCode.EXCLUDED_BY_USER)
+        elif n.target is operator.getitem:
+            verdicts[n] = getitem_support(n, verdicts.get(n.args[0]))
+        elif n in size_readers:
+            verdicts[n] = Support(False, "reads a size computed from an intermediate tensor",
+                                  code=ReasonCode.DATA_DEPENDENT_SHAPE)
+        elif n in returned_views:
+            verdicts[n] = Support(False, "a view of a graph input that the graph returns "
+                                  "(aot_autograd regenerates it as an alias)",
+                                  code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
+        else:
+            verdicts[n] = node_support(n)
+    edges = [(src, n) for n in nodes for src in n.all_input_nodes if src in node_set]
+    clustering = find_clusters(nodes, edges, verdicts, min_cluster_size=config.min_cluster_size,
+                               never_cluster=never)
+    report = graph_report(name, nodes, clustering, op_type=op_type, support=verdicts,
+                          node_name=lambda n: n.name, flops=estimate_flops)
+    recorder = get_collector().add_graph(report, framework="torch",
+                                         framework_version=torch.__version__)
+    if not clustering.clusters:
+        return PartitionedGraph(gm, [], recorder)
+
+    ids = [c.id for c in clustering.clusters]
+    partitions = [{n: None for n in c.nodes} for c in clustering.clusters]
+    prefix = "disc_cluster_"
+    gm = fuse_by_partitions(gm, partitions, prefix=prefix, always_return_tuple=True)
+    sites = SymbolSites(gm)  # after fusing: it may rebuild the graph's nodes
+    calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
+    modules: list[ClusterModule] = []
+    lowered: list[LoweredCluster | None] = []
+    for index, cluster_id in enumerate(ids):
+        sub = getattr(gm, f"{prefix}{index}")
+        module = ClusterModule(sub, cluster_id, recorder, single_output=False,
+                               accuracy_check=(config.rtol, config.atol)
+                               if config.accuracy_check else None)
+        setattr(gm, f"{prefix}{index}", module)
+        modules.append(module)
+        extras: list[torch.fx.Node] = []
+        try:
+            low = lower_graph(sub, f"{name}_c{cluster_id}", sites.locator(extras))
+        except Exception as exc:
+            module.fail(ReasonCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}")
+            low = None
+        if extras:  # a fresh call node: the graph's use lists stay consistent
+            call = calls[f"{prefix}{index}"]
+            with gm.graph.inserting_before(call):
+                new = gm.graph.call_module(call.target, tuple(call.args) + tuple(extras))
+            new.meta = call.meta
+            call.replace_all_uses_with(new)
+            gm.graph.erase_node(call)
+        lowered.append(low)
+    _compile_all(modules, lowered, compiler)
+    gm.recompile()
+    return PartitionedGraph(gm, modules, recorder)
+
+
+class SymbolSites:
+    """Where each size symbol of a graph can be read at run time: a graph input's dim, or
+    a SymInt input. Dynamo creates every backed symbol from an input, so this is total."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.sites: dict[str, tuple[torch.fx.Node, int | None]] = {}
+        placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+        # tensor dims first: a SymInt input may be passed as None when the graph that
+        # received it does not read it
+        for p in placeholders:
+            meta = p.meta.get("val")
+            if isinstance(meta, torch.Tensor):
+                for axis, d in enumerate(meta.shape):
+                    self._add(p, axis, d)
+        for p in placeholders:
+            meta = p.meta.get("val")
+            if isinstance(meta, torch.SymInt) and p.users:
+                self._add(p, None, meta)
+
+    def _add(self, node: torch.fx.Node, axis: int | None, size: Any) -> None:
+        try:
+            e = to_expr(size)
+        except UnsupportedSize:
+            return
+        if e.is_symbol:
+            self.sites.setdefault(e.symbol_name, (node, axis))
+
+    def locator(self, extras: list[torch.fx.Node]):
+        """A ``locate`` for lower_graph that appends the graph inputs it needs to ``extras``."""
+
+        def locate(symbol: str) -> tuple | None:
+            site = self.sites.get(symbol)
+            if site is None:
+                return None
+            node, axis = site
+            if node not in extras:
+                extras.append(node)
+            return ("extra", extras.index(node), axis)
+
+        return locate
+
+
+def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | None],
+                 compiler: Any) -> None:
+    """Compile every lowered cluster (in parallel: the C compiler is a subprocess)."""
+
+    def build(item: tuple[ClusterModule, LoweredCluster | None]) -> None:
+        module, low = item
+        if low is None:
+            return
+        start = time.perf_counter()
+        try:
+            exe, source = compiler.compile_traced(low.graph)
+        except Exception as exc:
+            module.fail(ReasonCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}")
+            return
+        artifact = exe.artifact
+        native = artifact.metadata.get("native")
+        if native is None and compiler.target != "reference":
+            module.fail(ReasonCode.COMPILE_ERROR, "no native code: " +
+                        str(artifact.metadata.get("native_fallback", "unknown reason")))
+            return
+        kernels = len(native.get("kernels", [])) if native else None
+        fusions = sum(native.get("fusion", {}).values()) if native else None
+        module._recorder.cluster_compiled(
+            module.cluster_id, seconds=time.perf_counter() - start,
+            cache_hit=source != "miss", kernels=kernels, fusions=fusions)
+        module.attach(low, exe)
+
+    items = list(zip(modules, lowered))
+    if len(items) == 1:
+        build(items[0])
+        return
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(build, items))

@@ -1,0 +1,130 @@
+"""Per-node verdicts: can DISC compile this FX node, and if not, why (a report reason code).
+
+A node is supported when a converter exists for its ATen overload, every tensor it reads or
+writes has a dtype the converter states, its attribute check passes, and a trial lowering of
+the node alone succeeds and verifies. The trial catches every converter limit in one place,
+so a node that cannot be lowered is excluded precisely instead of failing its whole cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from disc_core.clustering import Support
+from disc_core.report import ReasonCode
+
+from . import converters  # noqa: F401  (fills the table)
+from .converters.registry import lookup
+from .lowering import Lowering, convert_node, finish_graph, meta_of
+from .symbolic import UnsupportedSize, to_expr
+
+__all__ = ["is_sym_node", "is_tensor_node", "node_support", "op_type"]
+
+aten = torch.ops.aten
+
+DATA_DEPENDENT = {"nonzero", "unique", "_unique", "_unique2", "unique_consecutive",
+                  "unique_dim", "masked_select", "_local_scalar_dense", "item",
+                  "repeat_interleave", "argwhere", "masked_scatter", "nonzero_static"}
+RANDOM = ("rand", "bernoulli", "dropout", "normal", "uniform", "multinomial", "randperm",
+          "exponential", "poisson", "seed")
+
+
+def op_type(node: torch.fx.Node) -> str:
+    """``aten.add.Tensor``, ``getitem``... as the report shows it."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target._schema.name.split('::')[-1]}.{target._overloadname}" \
+            if target.namespace == "aten" else str(target)
+    return getattr(target, "__name__", str(target))
+
+
+def _metas(node: torch.fx.Node) -> list[Any]:
+    m = node.meta.get("val")
+    return list(m) if isinstance(m, (list, tuple)) else [m]
+
+
+def is_tensor_node(node: torch.fx.Node) -> bool:
+    """A call producing one tensor or a tuple of tensors (the nodes clustering considers)."""
+    if node.op != "call_function":
+        return False
+    metas = _metas(node)
+    return bool(metas) and all(m is None or isinstance(m, torch.Tensor) for m in metas) and \
+        any(isinstance(m, torch.Tensor) for m in metas)
+
+
+def is_sym_node(node: torch.fx.Node) -> bool:
+    """A host computation of a size (SymInt arithmetic, sym_size): never clustered."""
+    m = node.meta.get("val")
+    return isinstance(m, (int, torch.SymInt, torch.SymFloat, torch.SymBool, float, bool))
+
+
+def _tensor_args(node: torch.fx.Node) -> list[torch.fx.Node]:
+    out: list[torch.fx.Node] = []
+    torch.fx.node.map_arg((node.args, node.kwargs),
+                          lambda n: out.append(n) if Lowering.is_tensor(n) else None)
+    return list(dict.fromkeys(out))
+
+
+def node_support(node: torch.fx.Node) -> Support:
+    """The verdict for one tensor-producing call_function node (not getitem)."""
+    target = node.target
+    name = getattr(target, "_schema", None)
+    base = name.name.split("::")[-1] if name is not None else str(target)
+    if base in DATA_DEPENDENT:
+        return Support(False, f"{op_type(node)} has a data-dependent output shape",
+                       code=ReasonCode.DATA_DEPENDENT_SHAPE)
+    if any(r in base for r in RANDOM):
+        return Support(False, f"{op_type(node)} draws random numbers (torch's RNG state "
+                       "stays with torch)", code=ReasonCode.NO_CONVERTER)
+    if name is not None and name.is_mutable:
+        return Support(False, f"{op_type(node)} mutates its input in place",
+                       code=ReasonCode.NO_CONVERTER)
+    conv = lookup(target)
+    if conv is None:
+        return Support(False, f"no DISC converter for {op_type(node)}",
+                       code=ReasonCode.NO_CONVERTER)
+    for m in _metas(node) + [meta_of(a) for a in _tensor_args(node)]:
+        if isinstance(m, torch.Tensor):
+            if m.dtype not in conv.dtypes:
+                return Support(False, f"{op_type(node)} on {m.dtype} (the converter takes "
+                               f"{', '.join(sorted(str(d) for d in conv.dtypes))})",
+                               code=ReasonCode.UNSUPPORTED_DTYPE)
+            if m.device.type != "cpu":
+                return Support(False, f"tensor on {m.device} (disc-torch compiles CPU "
+                               "tensors)", code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
+            try:
+                for d in m.shape:
+                    to_expr(d)
+            except UnsupportedSize as exc:
+                return Support(False, f"{op_type(node)}: {exc}",
+                               code=ReasonCode.DATA_DEPENDENT_SHAPE)
+    reason = conv.unsupported_attribute(node)
+    if reason:
+        return Support(False, f"{op_type(node)}: {reason}",
+                       code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
+    return _trial(node)
+
+
+def _trial(node: torch.fx.Node) -> Support:
+    ctx = Lowering(f"trial_{node.name}")
+    try:
+        for i, arg in enumerate(_tensor_args(node)):
+            ctx.add_input(arg, f"in{i}")
+        out = convert_node(ctx, node)
+        outs = [v for v in (out if isinstance(out, tuple) else (out,)) if v is not None]
+        finish_graph(ctx, outs, [], {}, None)
+    except Exception as exc:  # any converter limit: this node stays in torch
+        return Support(False, f"{op_type(node)}: {exc}", code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
+    return Support.yes()
+
+
+def getitem_support(node: torch.fx.Node, producer: Support | None) -> Support:
+    if producer is not None and producer.supported:
+        return Support.yes()
+    return Support(False, "reads a result of a node that stays in torch",
+                   code=(producer.code if producer is not None and producer.code
+                         else ReasonCode.NO_CONVERTER))
+
+

@@ -1,0 +1,51 @@
+"""Shared checks: run a function eagerly and through DISC, compare, inspect the report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+import disc_torch
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-9, atol=1e-10)}
+
+
+def assert_same(got: Any, want: Any, dtype: torch.dtype | None = None) -> None:
+    if isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w, dtype)
+        return
+    if not isinstance(want, torch.Tensor):
+        assert got == want
+        return
+    tol = TOL.get(want.dtype, dict(rtol=0, atol=0))
+    torch.testing.assert_close(got, want, **tol, equal_nan=True)
+
+
+def fallbacks(op_prefix: str | None = None) -> list[tuple[str, str, str]]:
+    """(op type, reason, detail) of every fallback node in this process's report."""
+    out = []
+    for g in disc_torch.report().graphs:
+        for n in g.nodes:
+            if n.status.value != "compiled" and (op_prefix is None or n.op.startswith(op_prefix)):
+                out.append((n.op, n.reason.value if n.reason else "", n.detail or ""))
+    return out
+
+
+def compiled_ops() -> set[str]:
+    return {n.op for g in disc_torch.report().graphs for n in g.nodes
+            if n.status.value == "compiled"}
+
+
+def run_both(fn: Callable[..., Any], inputs_per_call: Sequence[Sequence[Any]],
+             **options: Any) -> Callable[..., Any]:
+    """Compile ``fn`` once, call it on every input set, compare each with eager."""
+    compiled = disc_torch.optimize(fn, **options)
+    for inputs in inputs_per_call:
+        want = fn(*inputs)
+        got = compiled(*inputs)
+        assert_same(got, want)
+    return compiled

@@ -1,0 +1,252 @@
+"""The backend end to end: entry point, dynamic shapes, training, fallback, report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import disc_torch
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from disc_core.report import ReasonCode
+from disc_torch.config import DiscConfig
+
+from helpers import assert_same, fallbacks
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def test_entry_point_found_without_importing_disc_torch(tmp_path):
+    script = textwrap.dedent("""
+        import sys, torch
+        f = torch.compile(lambda x: (x * 2).sin() + 1, backend="disc", dynamic=True)
+        x = torch.randn(5, 3)
+        assert torch.allclose(f(x), (x * 2).sin() + 1)
+        print("imported-by-torch", "disc_torch" in sys.modules)
+    """)
+    env = {**os.environ, "DISC_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "imported-by-torch True" in out.stdout
+
+
+def test_one_compile_for_fifty_sequence_lengths_including_1():
+    w = torch.randn(16, 8)  # a closure constant, static like a parameter
+
+    def fn(x):
+        return F.layer_norm(x @ w, (8,)).softmax(-1) * 2
+
+    compiled = disc_torch.optimize(fn)
+    for seq in range(1, 51):  # size 0 makes dynamo itself recompile (see the closing note)
+        x = torch.randn(3, seq, 16)
+        assert_same(compiled(x), fn(x))
+    graphs = disc_torch.report().graphs
+    assert len(graphs) == 1, "dynamo recompiled for some shape"
+    assert disc_torch.compile_count() == len(graphs[0].clusters) >= 1
+    assert not fallbacks()
+
+
+class Block(nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        sys.path.insert(0, str(EXAMPLES))
+        from torch_transformer_train import Block as B
+
+        self.block = B(d, heads)
+        self.emb = nn.Embedding(50, d)
+        self.head = nn.Linear(d, 50)
+
+    def forward(self, tokens, targets):
+        logits = self.head(self.block(self.emb(tokens)))
+        return F.cross_entropy(logits.reshape(-1, 50), targets.reshape(-1))
+
+
+def _train(model, step, lengths, steps=20):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    for i in range(steps):
+        t = lengths[i % len(lengths)]
+        tok = torch.randint(0, 50, (2, t + 1), generator=g)
+        loss = step(tok[:, :-1], tok[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_gpt_block_trains_like_eager():
+    torch.manual_seed(0)
+    eager = Block()
+    disc = Block()
+    disc.load_state_dict(eager.state_dict())
+    lengths = [5, 9, 3, 17, 12]  # a length of 1 makes dynamo recompile once (noted)
+    want = _train(eager, eager, lengths)
+    got = _train(disc, disc_torch.optimize(disc), lengths)
+    # float32, different summation orders: losses agree to 1e-4 relative over 20 steps
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    summary = disc_torch.report().summary()
+    assert summary.compiled > 0, summary
+    roles = sorted(g.name.split("_")[0] for g in disc_torch.report().graphs)
+    assert roles == ["backward", "forward"], "one forward and one backward graph for 5 shapes"
+    assert disc_torch.compile_count() == sum(len(g.clusters)
+                                              for g in disc_torch.report().graphs)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x, y):
+        x = F.max_pool2d(F.relu(self.bn(self.conv1(x))), 2)
+        x = F.avg_pool2d(F.relu(self.conv2(x)), 2)
+        return F.cross_entropy(self.fc(x.mean((2, 3))), y)
+
+
+def test_cnn_trains_like_eager():
+    torch.manual_seed(0)
+    eager, disc = SmallCNN(), SmallCNN()
+    disc.load_state_dict(eager.state_dict())
+
+    def run(model, step):
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(0)
+        out = []
+        for i in range(20):
+            size = [16, 20, 24, 12][i % 4]
+            x = torch.randn(2, 3, size, size, generator=g)
+            y = torch.randint(0, 10, (2,), generator=g)
+            loss = step(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            out.append(loss.item())
+        return out
+
+    want = run(eager, eager)
+    got = run(disc, disc_torch.optimize(disc))
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(disc.bn.running_mean, eager.bn.running_mean)
+    assert any(n.status.value == "compiled" for g in disc_torch.report().graphs for n in g.nodes)
+
+
+class WithUnsupported(nn.Module):
+    """An LSTM cell loop plus data-dependent shapes: must fall back, never be wrong."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(6, 6)
+        self.out = nn.Linear(6, 1)
+
+    def forward(self, x):
+        h = c = torch.zeros(x.shape[0], 6)
+        for t in range(3):
+            h, c = self.cell(x[:, t], (h, c))
+        picked = torch.masked_select(h, h > 0)
+        nz = torch.nonzero(h > 0).float().sum()
+        return self.out(h).sum() + picked.sum() + nz + F.dropout(h, 0.0).sum()
+
+
+def test_unsupported_pieces_fall_back_with_reasons():
+    torch.manual_seed(0)
+    model = WithUnsupported()
+    compiled = disc_torch.optimize(model)
+    for b in (3, 5, 2):
+        x = torch.randn(b, 3, 6)
+        assert_same(compiled(x), model(x))
+    # dynamo itself graph-breaks at nonzero/masked_select; what reaches DISC is reported
+    assert disc_torch.report().graphs
+    assert all(r for _, r, _ in fallbacks())
+
+
+def test_compile_error_falls_back_warns_once_and_is_reported(monkeypatch):
+    from disc_core.compiler import Compiler
+
+    def broken(self, graph):
+        raise RuntimeError("injected compiler failure")
+
+    monkeypatch.setattr(Compiler, "compile_traced", broken)
+    fn = lambda x: (x.exp() + 1).sum(-1)  # noqa: E731
+    compiled = disc_torch.optimize(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 4, 5):
+            x = torch.randn(2, n)
+            assert_same(compiled(x), fn(x))
+    messages = [str(w.message) for w in caught if "injected" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert {r for _, r, _ in fallbacks()} == {ReasonCode.COMPILE_ERROR.value}
+
+
+def test_runtime_error_falls_back_for_good(monkeypatch):
+    from disc_torch.cluster import ClusterModule
+
+    def broken(self, args):
+        raise RuntimeError("injected runtime failure")
+
+    fn = lambda x: (x.exp() + 1).sum(-1)  # noqa: E731
+    compiled = disc_torch.optimize(fn)
+    x = torch.randn(2, 3)
+    assert_same(compiled(x), fn(x))
+    monkeypatch.setattr(ClusterModule, "_run", broken)
+    with pytest.warns(UserWarning, match="injected runtime failure"):
+        assert_same(compiled(x * 2), fn(x * 2))
+    assert {r for _, r, _ in fallbacks()} == {ReasonCode.RUNTIME_ERROR.value}
+
+
+def test_accuracy_check_catches_a_wrong_kernel(monkeypatch):
+    from disc_torch.cluster import ClusterModule
+
+    real = ClusterModule._run
+
+    def off_by_one(self, args):
+        return [t + 1 for t in real(self, args)]
+
+    monkeypatch.setattr(ClusterModule, "_run", off_by_one)
+    fn = lambda x: (x.exp() + 1).sum(-1)  # noqa: E731
+    compiled = disc_torch.optimize(fn, accuracy_check=True)
+    with pytest.warns(UserWarning, match="accuracy check failed"):
+        x = torch.randn(2, 3)
+        assert_same(compiled(x), fn(x))
+
+
+def test_excluded_ops_and_min_cluster_size():
+    fn = lambda x: (x.exp() + 1).tanh().sum(-1)  # noqa: E731
+    compiled = disc_torch.optimize(fn, excluded_ops=["aten.tanh"])
+    x = torch.randn(2, 3)
+    assert_same(compiled(x), fn(x))
+    excluded = [(op, r) for op, r, _ in fallbacks()]
+    assert ("aten.tanh.default", ReasonCode.EXCLUDED_BY_USER.value) in excluded
+
+
+def test_report_written_to_the_configured_path(tmp_path):
+    path = tmp_path / "report.json"
+    fn = lambda x: (x.exp() + 1).sum(-1)  # noqa: E731
+    disc_torch.optimize(fn, report_path=str(path))(torch.randn(2, 3))
+    written = disc_torch.report().to_json()
+    data = json.loads(written)
+    assert data["graphs"] and data["graphs"][0]["clusters"]
+
+
+def test_config_env_overrides_and_errors():
+    cfg = DiscConfig.resolve({}, {"DISC_MIN_CLUSTER_SIZE": "5", "DISC_EXCLUDE_OPS": "aten.mm"})
+    assert cfg.min_cluster_size == 5 and cfg.excludes("aten.mm.default")
+    assert DiscConfig.resolve({"min_cluster_size": 3}, {"DISC_MIN_CLUSTER_SIZE": "5"}
+                              ).min_cluster_size == 3
+    with pytest.raises(TypeError, match="unknown disc-torch option 'bogus'"):
+        DiscConfig.resolve({"bogus": 1}, {})
+    with pytest.raises(ValueError, match="DISC_MIN_CLUSTER_SIZE='x'"):
+        DiscConfig.resolve({}, {"DISC_MIN_CLUSTER_SIZE": "x"})
