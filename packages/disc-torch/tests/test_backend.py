@@ -10,15 +10,15 @@ import textwrap
 import warnings
 from pathlib import Path
 
-import disc_torch
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers import assert_same, fallbacks
+
+import disc_torch
 from disc_core.report import ReasonCode
 from disc_torch.config import DiscConfig
-
-from helpers import assert_same, fallbacks
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
