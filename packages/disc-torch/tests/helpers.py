@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -33,19 +32,3 @@ def fallbacks(op_prefix: str | None = None) -> list[tuple[str, str, str]]:
             if n.status.value != "compiled" and (op_prefix is None or n.op.startswith(op_prefix)):
                 out.append((n.op, n.reason.value if n.reason else "", n.detail or ""))
     return out
-
-
-def compiled_ops() -> set[str]:
-    return {n.op for g in disc_torch.report().graphs for n in g.nodes
-            if n.status.value == "compiled"}
-
-
-def run_both(fn: Callable[..., Any], inputs_per_call: Sequence[Sequence[Any]],
-             **options: Any) -> Callable[..., Any]:
-    """Compile ``fn`` once, call it on every input set, compare each with eager."""
-    compiled = disc_torch.optimize(fn, **options)
-    for inputs in inputs_per_call:
-        want = fn(*inputs)
-        got = compiled(*inputs)
-        assert_same(got, want)
-    return compiled

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from .builder import GraphBuilder
 from .ir import Graph, Value
 from .symbolic import Expr, ExprLike
@@ -25,11 +23,7 @@ def broadcast(b: GraphBuilder, v: Value, shape: Sequence[ExprLike], dims: Sequen
 def splat(b: GraphBuilder, value: float, shape: Sequence[ExprLike], dtype: str = "f32"
           ) -> Value:
     """A constant broadcast to ``shape`` (fused into consumers, never materialized)."""
-    return broadcast(b, b.constant(np.array(value, dtype=_np(dtype))), shape, [])
-
-
-def _np(dtype: str) -> type:
-    return {"f32": np.float32, "f64": np.float64}[dtype]
+    return b.full(value, dtype, shape)
 
 
 def _hidden(b: GraphBuilder, hidden: int | None) -> Expr | int:

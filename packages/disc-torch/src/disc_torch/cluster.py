@@ -16,18 +16,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from disc_core.dtypes import DType
 from disc_core.report import ReasonCode
 from disc_core.symbolic import parse_expr, solve_linear
 
-from .lowering import LoweredCluster
+from .lowering import TORCH_DTYPES, LoweredCluster
 
-__all__ = ["ClusterModule", "DiscFallbackWarning"]
+__all__ = ["Clock", "ClusterModule", "DiscFallbackWarning"]
 
-_NP_TO_TORCH = {np.dtype(k): v for k, v in {
-    "bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
-    "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16,
-    "float32": torch.float32, "float64": torch.float64}.items()}
-_NP_NAME_TO_TORCH = {k.name: v for k, v in _NP_TO_TORCH.items()}
+#: numpy dtype name of a DISC output -> the torch dtype its tensor is allocated with
+_NP_NAME_TO_TORCH = {dt.np_name: t for t, dt in TORCH_DTYPES.items() if dt is not DType.BF16}
 
 _warned: set[str] = set()
 
@@ -51,22 +49,32 @@ def _as_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+class Clock:
+    """Seconds spent in DISC calls, shared by a graph's clusters: the graph's fallback time
+    is its wall time minus this, with no per-call loop over clusters."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
 class ClusterModule(torch.nn.Module):
     """Runs one cluster through DISC, or its FX submodule when DISC cannot."""
 
     def __init__(self, fallback: torch.fx.GraphModule, cluster_id: int, recorder: Any,
-                 *, single_output: bool, accuracy_check: tuple[float, float] | None = None):
+                 clock: Clock, *, single_output: bool,
+                 accuracy_check: tuple[float, float] | None = None):
         super().__init__()
         self.fallback = fallback
         self.cluster_id = cluster_id
         self._recorder = recorder
         self._single = single_output
         self._exe: Any = None
-        self._lowered: LoweredCluster | None = None
+        self._clock = clock
         self._sources: list[tuple[str, tuple]] = []
         self._check = accuracy_check
         self._checks_left = 3 if accuracy_check else 0
-        self.seconds = 0.0  # time in DISC calls, for the graph's fallback share
         #: arguments of the cluster itself; more may follow that only bind size symbols
         self.n_own = sum(1 for n in fallback.graph.nodes if n.op == "placeholder")
 
@@ -75,7 +83,6 @@ class ClusterModule(torch.nn.Module):
         return self._exe is not None
 
     def attach(self, lowered: LoweredCluster, executable: Any) -> None:
-        self._lowered = lowered
         self._tensor_args = lowered.tensor_args
         self._sources = [(name, _prepare(src)) for name, src in lowered.symbol_sources]
         self._exe = executable
@@ -100,7 +107,7 @@ class ClusterModule(torch.nn.Module):
             self.fail(ReasonCode.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}")
             return self.fallback(*args[:self.n_own])
         elapsed = time.perf_counter() - start
-        self.seconds += elapsed
+        self._clock.seconds += elapsed
         self._recorder.cluster_call(self.cluster_id, elapsed)
         if self._checks_left:
             self._checks_left -= 1

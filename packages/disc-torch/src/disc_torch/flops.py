@@ -36,10 +36,9 @@ def estimate_flops(node: torch.fx.Node) -> float | None:
         if target in (aten.mm.default, aten.addmm.default, aten.bmm.default):
             a = args[1] if target is aten.addmm.default else args[0]
             return 2.0 * _numel(meta) * _n(a.shape[-1])
-        if target is aten.convolution.default:
-            w, groups = args[1], args[8]
-            per_out = _numel(w) // max(_n(w.shape[0]), 1)
-            return 2.0 * _numel(meta) * per_out * (1 if groups else 1)
+        if target is aten.convolution.default:  # weight [O, I/groups, k...]: MACs per output
+            w = args[1]
+            return 2.0 * _numel(meta) * (_numel(w) // max(_n(w.shape[0]), 1))
         if target is aten.convolution_backward.default:
             return 4.0 * _numel(args[0]) * _numel(args[2]) / max(_n(args[2].shape[0]), 1)
         outs = meta if isinstance(meta, (list, tuple)) else [meta]

@@ -19,6 +19,7 @@ import torch
 from disc_core.builder import GraphBuilder
 from disc_core.dtypes import DType
 from disc_core.ir import Graph, TensorType, Value
+from disc_core.opdef import VerifyError
 from disc_core.symbolic import Expr, solve_linear
 
 from .symbolic import to_expr
@@ -43,6 +44,13 @@ def core_dtype(dtype: torch.dtype) -> DType:
         return TORCH_DTYPES[dtype]
     except KeyError:
         raise ConversionError(f"dtype {dtype} has no DISC equivalent") from None
+
+
+def is_sym_node(node: torch.fx.Node) -> bool:
+    """A host computation of a size (SymInt arithmetic, sym_size): never lowered, its value
+    is a symbolic dim already."""
+    m = node.meta.get("val")
+    return isinstance(m, (int, torch.SymInt, torch.SymFloat, torch.SymBool, float, bool))
 
 
 def meta_of(node: Any) -> Any:
@@ -118,44 +126,27 @@ class Lowering:
                              if d.is_symbol and d.symbol_name == name), None)
                 if site is None:  # a carrier input, fed like any unbound symbol's
                     site = (self.b.input(f"sym_{name}", DType.U8, [Expr.sym(name), 0]), 0)
-                term = self.op("mul", term, self.op("get_dimension_size", site[0],
-                                                    dimension=site[1]))
+                term = self.op("mul", term, self.b.dim_size(site[0], site[1]))
             total = term if total is None else self.op("add", total, term)
         assert total is not None
         return self.cast(total, dtype)
 
+    # numpy-style helpers live in disc-core's GraphBuilder (every bridge needs them); a
+    # shape they cannot prove is a ConversionError here, so the node falls back
     def cast(self, v: Value, dtype: DType) -> Value:
-        return v if v.dtype == dtype else self.op("convert", v, dtype=dtype)
+        return self.b.cast(v, dtype)
 
     def full(self, value: Any, dtype: DType, shape: Sequence[Expr]) -> Value:
         return self.broadcast_to(self.scalar(value, dtype), shape)
 
     def reshape(self, v: Value, shape: Sequence[Expr]) -> Value:
-        shape = tuple(shape)
-        return v if tuple(v.shape) == shape else self.op("reshape", v, shape=list(shape))
+        return self.b.reshape_to(v, shape)
 
     def broadcast_to(self, v: Value, shape: Sequence[Expr]) -> Value:
-        """numpy-style broadcasting of ``v`` to ``shape`` (trailing dims aligned)."""
-        shape = tuple(shape)
-        if tuple(v.shape) == shape:
-            return v
-        offset = len(shape) - v.rank
-        if offset < 0:
-            raise ConversionError(f"cannot broadcast rank {v.rank} to rank {len(shape)}")
-        kept, kept_dims = [], []
-        for i, d in enumerate(v.shape):
-            target = shape[offset + i]
-            if d == target:
-                kept.append(offset + i)
-                kept_dims.append(d)
-            elif d.is_const and d.value == 1:
-                continue
-            else:
-                raise ConversionError(
-                    f"cannot prove dim {d} broadcasts to {target} (symbols that may differ)")
-        if len(kept) != v.rank:
-            v = self.reshape(v, kept_dims)
-        return self.op("broadcast_in_dim", v, shape=list(shape), broadcast_dimensions=kept)
+        try:
+            return self.b.broadcast_to(v, shape)
+        except VerifyError as exc:
+            raise ConversionError(str(exc)) from None
 
     def operand(self, arg: Any, dtype: DType, shape: Sequence[Expr] | None = None) -> Value:
         """A tensor or Python-number argument as a core value of ``dtype`` (and ``shape``)."""
@@ -214,7 +205,7 @@ def lower_graph(gm: torch.fx.GraphModule, name: str, locate: Locate | None = Non
                 sym_args.setdefault(to_expr(meta_of(node)), position)
             position += 1
         elif node.op == "call_function":
-            if isinstance(node.meta.get("val"), (torch.SymInt, int, float, bool)):
+            if is_sym_node(node):
                 continue
             ctx.env[node] = convert_node(ctx, node)
         elif node.op == "output":

@@ -20,7 +20,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from disc_core.clustering import Support, find_clusters
 from disc_core.report import ReasonCode, get_collector, graph_report
 
-from .cluster import ClusterModule
+from .cluster import Clock, ClusterModule
 from .config import DiscConfig
 from .flops import estimate_flops
 from .lowering import LoweredCluster, lower_graph
@@ -41,20 +41,21 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.alias.default,
 class PartitionedGraph:
     """The callable handed back to aot_autograd: the partitioned GraphModule plus stats."""
 
-    def __init__(self, gm: torch.fx.GraphModule, clusters: list[ClusterModule], recorder: Any):
+    def __init__(self, gm: torch.fx.GraphModule, clusters: list[ClusterModule], recorder: Any,
+                 clock: Clock):
         self.gm = gm
         self.clusters = clusters
         self._recorder = recorder
+        self._clock = clock
         self._boxed_call = True
 
     def __call__(self, args: list[Any]) -> Any:
-        before = sum(c.seconds for c in self.clusters)
+        before = self._clock.seconds
         start = time.perf_counter()
         out = self.gm(*args)
         args.clear()
         total = time.perf_counter() - start
-        self._recorder.graph_call(max(total - (sum(c.seconds for c in self.clusters) - before),
-                                      0.0))
+        self._recorder.graph_call(max(total - (self._clock.seconds - before), 0.0))
         return out
 
 
@@ -127,8 +128,9 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
                           node_name=lambda n: n.name, flops=estimate_flops)
     recorder = get_collector().add_graph(report, framework="torch",
                                          framework_version=torch.__version__)
+    clock = Clock()
     if not clustering.clusters:
-        return PartitionedGraph(gm, [], recorder)
+        return PartitionedGraph(gm, [], recorder, clock)
 
     ids = [c.id for c in clustering.clusters]
     partitions = [{n: None for n in c.nodes} for c in clustering.clusters]
@@ -140,7 +142,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     lowered: list[LoweredCluster | None] = []
     for index, cluster_id in enumerate(ids):
         sub = getattr(gm, f"{prefix}{index}")
-        module = ClusterModule(sub, cluster_id, recorder, single_output=False,
+        module = ClusterModule(sub, cluster_id, recorder, clock, single_output=False,
                                accuracy_check=(config.rtol, config.atol)
                                if config.accuracy_check else None)
         setattr(gm, f"{prefix}{index}", module)
@@ -161,7 +163,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
         lowered.append(low)
     _compile_all(modules, lowered, compiler)
     gm.recompile()
-    return PartitionedGraph(gm, modules, recorder)
+    return PartitionedGraph(gm, modules, recorder, clock)
 
 
 class SymbolSites:

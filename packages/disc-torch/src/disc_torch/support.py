@@ -17,7 +17,7 @@ from disc_core.report import ReasonCode
 
 from . import converters  # noqa: F401  (fills the table)
 from .converters.registry import lookup
-from .lowering import Lowering, convert_node, finish_graph, meta_of
+from .lowering import Lowering, convert_node, finish_graph, is_sym_node, meta_of
 from .symbolic import UnsupportedSize, to_expr
 
 __all__ = ["is_sym_node", "is_tensor_node", "node_support", "op_type"]
@@ -52,12 +52,6 @@ def is_tensor_node(node: torch.fx.Node) -> bool:
     metas = _metas(node)
     return bool(metas) and all(m is None or isinstance(m, torch.Tensor) for m in metas) and \
         any(isinstance(m, torch.Tensor) for m in metas)
-
-
-def is_sym_node(node: torch.fx.Node) -> bool:
-    """A host computation of a size (SymInt arithmetic, sym_size): never clustered."""
-    m = node.meta.get("val")
-    return isinstance(m, (int, torch.SymInt, torch.SymFloat, torch.SymBool, float, bool))
 
 
 def _tensor_args(node: torch.fx.Node) -> list[torch.fx.Node]:

@@ -29,9 +29,9 @@ def to_expr(size: Any) -> Expr:
         return Expr.const(size)
     if isinstance(size, torch.SymInt):
         node = size.node
-        if node.is_nested_int() if hasattr(node, "is_nested_int") else False:
+        if node.is_nested_int():
             raise UnsupportedSize("nested (jagged) sizes")
-        hint = node.maybe_as_int() if hasattr(node, "maybe_as_int") else None
+        hint = node.maybe_as_int()
         if hint is not None:
             return Expr.const(int(hint))
         expr = node.expr

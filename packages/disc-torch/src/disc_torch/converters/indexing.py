@@ -18,17 +18,9 @@ from .registry import ALL_DTYPES, converter
 aten = torch.ops.aten
 
 
-def dim_value(ctx: Lowering, v, axis: int, dtype):
-    """``v.shape[axis]`` as a rank-0 value of ``dtype`` (a constant when static)."""
-    d = v.shape[axis]
-    if d.is_const:
-        return ctx.scalar(d.value, dtype)
-    return ctx.cast(ctx.op("get_dimension_size", v, dimension=axis), dtype)
-
-
 def wrap_negative(ctx: Lowering, idx, operand, axis: int):
     """torch-style negative indices: ``i + size`` where ``i < 0``."""
-    size = ctx.broadcast_to(dim_value(ctx, operand, axis, idx.dtype), idx.shape)
+    size = ctx.broadcast_to(ctx.b.dim_size(operand, axis, idx.dtype), idx.shape)
     zero = ctx.full(0, idx.dtype, idx.shape)
     neg = ctx.op("compare", idx, zero, direction="lt")
     return ctx.op("select", neg, ctx.op("add", idx, size), idx)
@@ -100,7 +92,7 @@ def index(ctx, node):
         idx = wrap_negative(ctx, _index_value(ctx, indices[axis]), x, axis)
         idx = ctx.broadcast_to(ctx.cast(idx, DType.I64), bshape)
         if linear is not None:
-            size = ctx.broadcast_to(dim_value(ctx, x, axis, DType.I64), bshape)
+            size = ctx.broadcast_to(ctx.b.dim_size(x, axis, DType.I64), bshape)
             linear = ctx.op("add", ctx.op("mul", linear, size), idx)
         else:
             linear = idx

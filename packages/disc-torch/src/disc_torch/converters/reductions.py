@@ -24,34 +24,13 @@ def axes_of(rank: int, dim: Any) -> list[int]:
     if dim is None:
         return list(range(rank))
     dims = [dim] if isinstance(dim, int) else list(dim)
-    if not dims:
+    if not dims or rank == 0:  # torch: [] means every dim; a scalar has none
         return list(range(rank))
-    size = max(rank, 1)
-    out = sorted({d % size for d in dims})
-    if rank == 0:
-        return []
-    return out
+    return sorted({d % rank for d in dims})
 
 
 def _arg(node: torch.fx.Node, i: int, name: str, default: Any) -> Any:
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
-
-
-def element_count(ctx: Lowering, v, axes: list[int], dtype: DType):
-    """The number of elements reduced over ``axes`` of ``v`` as a rank-0 ``dtype`` value."""
-    count = None
-    static = 1
-    for a in axes:
-        d = v.shape[a]
-        if d.is_const:
-            static *= d.value
-            continue
-        size = ctx.op("get_dimension_size", v, dimension=a)
-        count = size if count is None else ctx.op("mul", count, size)
-    if count is None:
-        return ctx.scalar(static, dtype)
-    count = ctx.cast(count, dtype)
-    return count if static == 1 else ctx.op("mul", count, ctx.scalar(static, dtype))
 
 
 def reduce(ctx: Lowering, v, kind: str, axes: list[int]):
@@ -88,7 +67,7 @@ def mean(ctx, node):
     axes = axes_of(x.rank, None if node.target._overloadname == "default"
                    else _arg(node, 1, "dim", None))
     s = reduce(ctx, ctx.cast(x, dt), "sum", axes)
-    n = element_count(ctx, x, axes, dt)
+    n = ctx.b.element_count(x, axes, dt)
     return _finish(ctx, node, ctx.op("div", s, ctx.broadcast_to(n, s.shape)))
 
 
@@ -126,18 +105,15 @@ def _variance(ctx: Lowering, node: torch.fx.Node):
         correction = 1
     if not isinstance(correction, (int, float)):
         raise ConversionError("correction computed at run time")
-    n = element_count(ctx, x, axes, dt)
+    n = ctx.b.element_count(x, axes, dt)
     total = reduce(ctx, x, "sum", axes)
     mean = ctx.op("div", total, ctx.broadcast_to(n, total.shape))
-    kept = [d for i, d in enumerate(x.shape) if i not in axes]
     centred = ctx.op("sub", x, ctx.op("broadcast_in_dim", mean, shape=list(x.shape),
                                       broadcast_dimensions=[i for i in range(x.rank)
                                                             if i not in axes]))
     sq = reduce(ctx, ctx.op("mul", centred, centred), "sum", axes)
     denom = ctx.op("sub", n, ctx.scalar(correction, dt)) if correction else n
-    var = ctx.op("div", sq, ctx.broadcast_to(denom, sq.shape))
-    assert tuple(var.shape) == tuple(kept)
-    return var, mean
+    return ctx.op("div", sq, ctx.broadcast_to(denom, sq.shape)), mean
 
 
 @converter(aten.var.correction, aten.var.dim, dtypes=FLOAT_DTYPES)

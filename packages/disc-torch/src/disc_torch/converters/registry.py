@@ -29,7 +29,6 @@ class Converter:
     fn: Callable[..., Any]
     dtypes: frozenset[torch.dtype]
     check: Callable[[torch.fx.Node], str | None] | None
-    name: str
 
     def unsupported_attribute(self, node: torch.fx.Node) -> str | None:
         return self.check(node) if self.check is not None else None
@@ -50,7 +49,7 @@ def converter(*targets: Any, dtypes: Iterable[torch.dtype] = ALL_DTYPES,
             for ov in overloads:
                 if ov in CONVERTERS:
                     raise ValueError(f"two converters for {ov}")
-                CONVERTERS[ov] = Converter(fn, frozenset(dtypes), check, fn.__name__)
+                CONVERTERS[ov] = Converter(fn, frozenset(dtypes), check)
         return fn
 
     return register
