@@ -598,3 +598,18 @@ def test_kernel_rooted_at_an_iota_chain(compiler):
     del carrier
     for n in (1, 4, 9):
         check(compiler, g, [np.empty((n, 0), np.uint8)])
+
+
+def test_library_call_reads_a_broadcast_constant_another_kernel_duplicates(compiler):
+    """zeros @ W (an LSTM's first step with h = 0): the zeros are recomputed inside the
+    elementwise kernel that also reads them, but BLAS needs them in memory."""
+    b = GraphBuilder("zeros_matmul")
+    w = b.input("w", "f32", [6, 24])
+    x = b.input("x", "f32", ["n", 6])
+    zeros = b.full(0.0, "f32", ["n", 6])
+    g = b.build(b.dot_general(zeros, w, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                              rhs_contract=[0]), b.mul(x, zeros))
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 17):
+        check(compiler, g, [rng.random((6, 24), dtype=np.float32),
+                            rng.random((n, 6), dtype=np.float32)])

@@ -889,12 +889,13 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
         "    if (M > 0 && N > 0 && K == 0) memset(Cm, 0, (size_t)(B*M*N) * sizeof(*Cm));",
         "    if (M > 0 && N > 0 && K > 0) {",
         "      /* GEMMs run on this module's OpenMP team, one BLAS thread per member: batches",
-        "         split across threads, else the longer of M and N does */",
+        "         split across threads, else the longer of M and N does. The BLAS thread count",
+        "         is set once, outside the team (in pthread OpenBLAS builds it is global). */",
         "      const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? "
         "omp_get_max_threads() : 1;",
+        "      const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;",
         "      #pragma omp parallel num_threads(nt) if (nt > 1)",
         "      {",
-        "        const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;",
         "        const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
         "        const int by_batch = B >= T, by_rows = !by_batch && M >= N;",
         "        const int64_t b0 = by_batch ? B * tid / T : 0;",
@@ -908,8 +909,8 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
         f"            ((disc_{fn}_fn)env->{fn})(101, {ta}, {tb}, m1 - m0, n1 - n0, K, 1, "
         f"A + b*M*K + {a_row}, {lda}, Bm + b*K*N + {b_col}, {ldb}, 0, Cm + b*M*N + m0*N + n0, "
         "N);",
-        "        if (env->blas_threads_local) env->blas_threads_local(prev);",
         "      }",
+        "      if (env->blas_threads_local) env->blas_threads_local(prev);",
         "    }",
         "  }",
     ]

@@ -277,7 +277,9 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             reads = list(op.operands)
         elif _fusible(op):
             step = _grow_kernel(op, users, needed, ancestors, fused)
-            fused.update(id(o) for o in step.ops if o.name not in DUPLICABLE)
+            # duplicated ops (broadcast constants, iotas) stay unfused: a library call may
+            # still need them in memory
+            fused.update(id(o) for o in step.ops if not _duplicable(o))
             reads = step.inputs
         else:
             raise NativeUnsupported(f"op {op.name} has no native code path yet")
