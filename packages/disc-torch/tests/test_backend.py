@@ -250,3 +250,12 @@ def test_config_env_overrides_and_errors():
         DiscConfig.resolve({"bogus": 1}, {})
     with pytest.raises(ValueError, match="DISC_MIN_CLUSTER_SIZE='x'"):
         DiscConfig.resolve({}, {"DISC_MIN_CLUSTER_SIZE": "x"})
+
+
+def test_demo_trains_with_loss_parity(capsys):
+    sys.path.insert(0, str(EXAMPLES))
+    from torch_transformer_train import main
+
+    assert main(["--quick", "--steps", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "max rel diff" in out and "DISC compilations:" in out and "compiled (" in out

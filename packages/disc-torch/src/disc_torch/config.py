@@ -40,6 +40,8 @@ class DiscConfig:
         rtol, atol: tolerances of the accuracy check.
         target: "auto" (native code when a C compiler exists), "native" or "reference".
         dynamic: ask dynamo for dynamic shapes (one graph per rank, not per shape).
+        specialize_floats: ``optimize`` traces Python floats as constants (halves tracing
+            time; a float argument that changes every call would recompile).
     """
 
     min_cluster_size: int = 2
@@ -50,6 +52,7 @@ class DiscConfig:
     atol: float = 1e-5
     target: str = "auto"
     dynamic: bool = True
+    specialize_floats: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.excluded_ops, str):

@@ -31,7 +31,7 @@ EXTRA = [
     aten.softplus_backward, aten.leaky_relu_backward, aten.sigmoid_backward,
     aten.tanh_backward, aten.threshold_backward, aten.elu, aten.elu_backward,
     aten.hardtanh_backward, aten.mse_loss, aten.mse_loss_backward,
-    aten.max_pool2d_with_indices, aten.max_pool2d_with_indices_backward, aten.t,
+    aten.max_pool2d_with_indices_backward, aten.t,
     aten.index_select, aten.repeat,
     aten.stack, aten.logsumexp, aten.clamp_min, aten.clamp_max, aten.select_backward,
     aten.slice_backward, aten.masked_fill, aten.baddbmm, aten.new_zeros, aten.zeros_like,

@@ -79,9 +79,11 @@ def node_support(node: torch.fx.Node) -> Support:
     if conv is None:
         return Support(False, f"no DISC converter for {op_type(node)}",
                        code=ReasonCode.NO_CONVERTER)
-    for m in _metas(node) + [meta_of(a) for a in _tensor_args(node)]:
+    inputs = [meta_of(a) for a in _tensor_args(node)]
+    for i, m in enumerate(inputs + _metas(node)):
         if isinstance(m, torch.Tensor):
-            if m.dtype not in conv.dtypes:
+            # the dtypes a converter takes are its inputs' (its results' for creation ops)
+            if (i < len(inputs) or not inputs) and m.dtype not in conv.dtypes:
                 return Support(False, f"{op_type(node)} on {m.dtype} (the converter takes "
                                f"{', '.join(sorted(str(d) for d in conv.dtypes))})",
                                code=ReasonCode.UNSUPPORTED_DTYPE)

@@ -1,8 +1,10 @@
 """Pooling as sums/maxima of strided window taps (fused by the native engine into one loop).
 
-``avg_pool2d``/``avg_pool3d`` keep their core-ATen form; max pooling arrives decomposed by
-torch. Each window tap is a strided slice of the (padded) input; the output extents come
-from the recorded fake tensor, so symbolic spatial sizes need no arithmetic here.
+``avg_pool2d/3d`` and ``max_pool2d/3d_with_indices`` keep their core-ATen form (torch's
+max-pool decomposition gathers through index tensors, which vectorizes poorly);
+the max-pool backward arrives decomposed by torch. Each window tap is a strided slice of
+the (padded) input; the output extents come from the recorded fake tensor, so symbolic
+spatial sizes need no arithmetic here.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import itertools
 
 import torch
 
+from disc_core.dtypes import DType
 from disc_core.symbolic import Expr
 
 from .registry import FLOAT_DTYPES, converter
@@ -73,3 +76,64 @@ def avg_pool(ctx, node):
     ones = ctx.op("pad", ctx.full(1, x.dtype, x.shape), zero, low=[0] * lead + padding,
                   high=[0] * lead + padding, interior=[0] * x.rank)
     return ctx.op("div", total, _window_sum(ctx, ones, kernel, stride, out_spatial))
+
+
+def _max_check(node):
+    args = list(node.args) + [None] * 6
+    if args[5] if args[5] is not None else node.kwargs.get("ceil_mode", False):
+        return "ceil_mode=True"
+    for v in (args[1], args[2] or [], args[3] or [0], args[4] or [1]):
+        if not all(isinstance(x, int) for x in v):
+            return "window computed at run time"
+    return None
+
+
+@converter(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default,
+           dtypes=FLOAT_DTYPES, check=_max_check)
+def max_pool_with_indices(ctx, node):
+    """The maximum over the window taps, and torch's index of it (flat over the input's
+    spatial dims; the first maximum wins, NaN propagates, as in torch's CPU kernel). Padding
+    is -inf, so a padded position never wins."""
+    args = list(node.args) + [None] * 6
+    x = ctx.value(args[0])
+    n = 2 if node.target is aten.max_pool2d_with_indices.default else 3
+    expand = (lambda v, d: list(v) * n if len(v) == 1 else list(v) if v else d)  # noqa: E731
+    kernel = expand(args[1], None)
+    stride = expand(args[2] or [], kernel)
+    padding = expand(args[3] or [], [0] * n)
+    dilation = expand(args[4] or [], [1] * n)
+    out_shape = ctx.shape(node.meta["val"][0])
+    out_spatial = list(out_shape[-n:])
+    lead = x.rank - n
+    padded = x if not any(padding) else ctx.op(
+        "pad", x, ctx.scalar(float("-inf"), x.dtype), low=[0] * lead + padding,
+        high=[0] * lead + padding, interior=[0] * x.rank)
+    # per spatial dim: the input coordinate of output position o at tap t is
+    # o * stride + t * dilation - padding
+    coords = [ctx.op("iota", shape=list(out_shape), dimension=lead + k, dtype=DType.I64)
+              for k in range(n)]
+    best = best_idx = None
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        starts = [t * d for t, d in zip(tap, dilation)]
+        start = [Expr.const(0)] * lead + [Expr.const(s) for s in starts]
+        limit = list(padded.shape[:lead]) + [Expr.const(s) + (o - 1) * st + 1
+                                             for s, o, st in zip(starts, out_spatial, stride)]
+        v = ctx.op("slice", padded, start=start, limit=limit, stride=[1] * lead + stride)
+        flat = None
+        for k in range(n):
+            pos = ctx.op("add", ctx.op("mul", coords[k], ctx.full(stride[k], DType.I64,
+                                                                  out_shape)),
+                         ctx.full(starts[k] - padding[k], DType.I64, out_shape))
+            if flat is None:
+                flat = pos
+            else:
+                size = ctx.broadcast_to(ctx.b.dim_size(x, lead + k), out_shape)
+                flat = ctx.op("add", ctx.op("mul", flat, size), pos)
+        if best is None:
+            best, best_idx = v, flat
+            continue
+        take = ctx.op("or", ctx.op("compare", v, best, direction="gt"),
+                      ctx.op("compare", v, v, direction="ne"))
+        best = ctx.op("select", take, v, best)
+        best_idx = ctx.op("select", take, flat, best_idx)
+    return best, best_idx

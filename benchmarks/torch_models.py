@@ -1,0 +1,251 @@
+"""Model benchmark (issue #4): DISC vs PyTorch eager vs torch.compile(dynamic=True) (Inductor)
+on a GPT-style transformer and a small CNN, inference and training, over streams of shapes.
+
+    bash ci/test.sh -e bench -- torch_models            # full run (tox env `bench`)
+    python benchmarks/torch_models.py --quick --no-inductor
+
+Per (model, mode) every contender starts from the same weights and runs the whole stream
+once (the *first pass*: tracing and compilation included, as a user sees it), then the
+steady state is timed in interleaved rounds over a few shapes of the stream (median per
+shape, then the median of the per-shape ratios). DISC's first pass starts from an empty
+compile cache; it is then repeated with a warm disk cache after dropping every in-memory
+cache (dynamo's and DISC's), as a new process of a deployed job would see it. Every
+contender runs with the same thread count. Training steps are forward + backward + SGD.
+
+Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
+for --quick): one object per (model, mode). Targets are printed as PASS/MISS; a missed target
+does not fail the run, a loss that disagrees with eager does (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small models, 6 shapes (smoke run)")
+    p.add_argument("--models", default="gpt,cnn", help="comma list of gpt, cnn")
+    p.add_argument("--modes", default="inference,training")
+    p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
+    p.add_argument("--threads", type=int, default=None, help="threads for every contender")
+    p.add_argument("--rounds", type=int, default=5, help="steady-state rounds per shape")
+    p.add_argument("--output", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+ARGS = parse_args()
+THREADS = ARGS.threads or min(os.cpu_count() or 1, 2 if os.environ.get("CI") else 64)
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+
+import torch  # noqa: E402  (after OMP_NUM_THREADS)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+torch.set_num_threads(THREADS)
+sys.path.insert(0, str(ROOT / "examples"))
+from torch_transformer_train import GPT  # noqa: E402
+
+
+class CNN(nn.Module):
+    """conv-BN-ReLU-maxpool, strided conv, avgpool, linear head: the usual CNN pieces."""
+
+    def __init__(self, width: int = 32, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
+        self.bn2 = nn.BatchNorm2d(2 * width)
+        self.fc = nn.Linear(2 * width, classes)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.avg_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return F.cross_entropy(self.fc(x.mean((2, 3))), y)
+
+
+def gpt_stream(quick: bool):
+    lengths = [32 + 11 * i for i in range(6 if quick else 20)]
+    g = torch.Generator().manual_seed(1)
+    batches = []
+    for t in lengths:
+        tok = torch.randint(0, 1000, (4, t + 1), generator=g)
+        batches.append((tok[:, :-1], tok[:, 1:]))
+    model = GPT(1000, 64 if quick else 256, 1 if quick else 2, 4)
+    return model, batches, [f"[4, {t}]" for t in lengths]
+
+
+def cnn_stream(quick: bool):
+    sizes = [16 + 2 * i for i in range(6 if quick else 20)]
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(8, 3, s, s, generator=g), torch.randint(0, 10, (8,), generator=g))
+               for s in sizes]
+    return CNN(16 if quick else 32), batches, [f"[8, 3, {s}, {s}]" for s in sizes]
+
+
+MODELS = {"gpt": gpt_stream, "cnn": cnn_stream}
+
+
+def make_step(model: nn.Module, fn: Callable[..., torch.Tensor], mode: str):
+    if mode == "inference":
+        model.eval()
+
+        def infer(x, y):
+            with torch.no_grad():
+                return fn(x, y)
+        return infer
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def train(x, y):
+        loss = fn(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return train
+
+
+def dynamo_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def contender(name: str, base: nn.Module, mode: str) -> tuple[nn.Module, Callable]:
+    model = copy.deepcopy(base)
+    if name == "eager":
+        fn = model
+    elif name == "inductor":
+        fn = torch.compile(model, dynamic=True)
+    else:
+        import disc_torch
+
+        fn = disc_torch.optimize(model)
+    return model, make_step(model, fn, mode)
+
+
+def first_pass(step: Callable, batches) -> tuple[float, list[float]]:
+    losses = []
+    start = time.perf_counter()
+    for x, y in batches:
+        losses.append(float(step(x, y)))
+    return time.perf_counter() - start, losses
+
+
+def steady(steps: dict[str, Callable], batches, rounds: int) -> dict[str, list[float]]:
+    """Median seconds per call, per shape, for every contender; interleaved rounds."""
+    names = list(steps)
+    per: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for i, (x, y) in enumerate(batches):
+            for n in order:
+                t0 = time.perf_counter()
+                steps[n](x, y)
+                per[n][i].append(time.perf_counter() - t0)
+    return {n: [statistics.median(s) for s in per[n]] for n in names}
+
+
+def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[str, Any]:
+    import torch._dynamo
+
+    import disc_core.report as report
+    import disc_torch
+    from disc_torch import backend
+
+    torch.manual_seed(0)
+    base, batches, shapes = MODELS[model_name](quick)
+    names = ["eager"] + (["inductor"] if inductor else []) + ["disc"]
+    steps, firsts, losses, compiles = {}, {}, {}, {}
+    for n in names:
+        torch._dynamo.reset()
+        report.get_collector().clear()
+        before_graphs, before_disc = dynamo_graphs(), disc_torch.compile_count()
+        _, step = contender(n, base, mode)
+        firsts[n], losses[n] = first_pass(step, batches)
+        compiles[n] = dynamo_graphs() - before_graphs
+        if n == "disc":
+            compiles["disc_kernels"] = disc_torch.compile_count() - before_disc
+            summary = disc_torch.report().summary()
+            coverage = 100.0 * summary.compiled / max(summary.ops, 1)
+        steps[n] = step
+    # the same job again with a warm disk cache and nothing in memory
+    torch._dynamo.reset()
+    backend._compilers.clear()
+    _, warm_step = contender("disc", base, mode)
+    warm_first, _ = first_pass(warm_step, batches)
+
+    worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(losses["disc"], losses["eager"]))
+    timed = batches[:: max(len(batches) // 5, 1)]
+    medians = steady({n: steps[n] for n in names}, timed, ARGS.rounds)
+
+    def ratio(peer: str) -> float:
+        return statistics.median(p / d for p, d in zip(medians[peer], medians["disc"]))
+
+    return {
+        "model": model_name, "mode": mode, "shapes": shapes, "threads": THREADS,
+        "disc_compiles": compiles["disc_kernels"], "disc_graphs": compiles["disc"],
+        "inductor_compiles": compiles.get("inductor"),
+        "speedup_vs_eager": round(ratio("eager"), 3),
+        "speedup_vs_inductor": round(ratio("inductor"), 3) if inductor else None,
+        "total_speedup_vs_inductor": (round(firsts["inductor"] / firsts["disc"], 3)
+                                      if inductor else None),
+        "first_pass_s": {n: round(v, 3) for n, v in firsts.items()},
+        "disc_warm_cache_first_pass_s": round(warm_first, 3),
+        "steady_ms": {n: round(1e3 * statistics.median(v), 3) for n, v in medians.items()},
+        "coverage_pct": round(coverage, 1),
+        "max_loss_rel_diff_vs_eager": worst,
+    }
+
+
+def targets(row: dict[str, Any]) -> list[str]:
+    want = 1.3 if row["mode"] == "training" else 1.5
+    first = row["first_pass_s"]
+    out = [f"steady >= {want}x eager: {'PASS' if row['speedup_vs_eager'] >= want else 'MISS'}",
+           f"cold first pass <= 10 s: {'PASS' if first['disc'] <= 10 else 'MISS'}",
+           "warm-cache first pass <= 1.5x eager: "
+           + ("PASS" if row["disc_warm_cache_first_pass_s"] <= 1.5 * first["eager"] else "MISS")]
+    return out
+
+
+def main() -> int:
+    cache = tempfile.mkdtemp(prefix="disc-bench-cache-")
+    os.environ["DISC_CACHE_DIR"] = cache  # cold: DISC compiles everything in this run
+    rows = []
+    for m in ARGS.models.split(","):
+        for mode in ARGS.modes.split(","):
+            rows.append(run_case(m, mode, ARGS.quick, not ARGS.no_inductor))
+            r = rows[-1]
+            print(f"{m:4} {mode:9} eager x{r['speedup_vs_eager']:.2f}  inductor "
+                  f"x{r['speedup_vs_inductor'] or float('nan'):.2f}  first pass s "
+                  f"{r['first_pass_s']} warm {r['disc_warm_cache_first_pass_s']}  "
+                  f"steady ms {r['steady_ms']}  compiles disc {r['disc_compiles']} "
+                  f"({r['disc_graphs']} graphs) inductor {r['inductor_compiles']}  "
+                  f"coverage {r['coverage_pct']}%  loss diff {r['max_loss_rel_diff_vs_eager']:.1e}",
+                  flush=True)
+            print("     " + "; ".join(targets(r)), flush=True)
+    out = ARGS.output or ROOT / "benchmarks" / "results" / (
+        "torch_models.quick.json" if ARGS.quick else "torch_models.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"wrote {out}")
+    bad = [r for r in rows if r["max_loss_rel_diff_vs_eager"] > 2e-3]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
