@@ -259,3 +259,23 @@ def test_demo_trains_with_loss_parity(capsys):
     assert main(["--quick", "--steps", "6"]) == 0
     out = capsys.readouterr().out
     assert "max rel diff" in out and "DISC compilations:" in out and "compiled (" in out
+
+
+def test_views_returned_to_the_user_stay_views_of_the_input():
+    """aot_autograd rebuilds outputs that alias inputs; DISC leaves those views to torch
+    (views only saved for backward are computed by DISC)."""
+    lin = nn.Linear(4, 3)
+
+    def fn(x):
+        return lin(x), x.t(), x[:, 1:]
+
+    x = torch.randn(2, 4, requires_grad=True)
+    y, xt, tail = disc_torch.optimize(fn)(x)
+    assert xt.data_ptr() == x.data_ptr() and tail.data_ptr() == x.data_ptr() + 4
+    x.data[0, 1] = 7.0  # writes through the input show in the returned views
+    assert xt[1, 0].item() == 7.0 and tail[0, 0].item() == 7.0
+    (y.sum() + xt.sum()).backward()
+    want = lin.weight.sum(0) + 1
+    assert_same(x.grad, want.expand(2, 4))
+    views = [op for op, r, _ in fallbacks() if r == ReasonCode.UNSUPPORTED_ATTRIBUTE.value]
+    assert "aten.permute.default" in views and "aten.addmm.default" not in views

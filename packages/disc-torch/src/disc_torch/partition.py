@@ -77,10 +77,28 @@ def _intermediate_sizes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     return readers
 
 
-def _returned_input_views(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """View ops of graph inputs that the graph returns: aot_autograd regenerates such
-    aliases from the input's metadata, so they must stay real torch views."""
+def _user_visible_outputs(role: str) -> int | None:
+    """How many leading outputs of the graph reach the user (None: assume all).
+
+    aot_autograd orders forward outputs as mutated inputs, user outputs, intermediate bases,
+    then what backward saves; only the first three may be regenerated as aliases. Backward
+    outputs are gradients: never aliases of anything the caller holds."""
+    if role == "backward":
+        return 0
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return None
+    return meta.num_mutated_inp_runtime_indices + meta.num_outputs + meta.num_intermediate_bases
+
+
+def _returned_input_views(gm: torch.fx.GraphModule, visible: int | None) -> set[torch.fx.Node]:
+    """View ops of graph inputs that the graph returns to the user: aot_autograd
+    regenerates such aliases from the input's metadata, so they must stay real torch views
+    (a view saved for backward is just read: DISC may compute it)."""
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = out_node.args[0] if isinstance(out_node.args[0], (list, tuple)) else [
+        out_node.args[0]]
     found: set[torch.fx.Node] = set()
 
     def views_input(n: torch.fx.Node) -> bool:
@@ -88,8 +106,9 @@ def _returned_input_views(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
             n = n.args[0]
         return n.op == "placeholder"
 
-    for r in out_node.all_input_nodes:
-        if r.op == "call_function" and r.target in _VIEWS and views_input(r):
+    for r in results[:visible] if visible is not None else results:
+        if isinstance(r, torch.fx.Node) and r.op == "call_function" and r.target in _VIEWS \
+                and views_input(r):
             n = r
             while n.op == "call_function" and n.target in _VIEWS:
                 found.add(n)
@@ -105,7 +124,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     verdicts: dict[torch.fx.Node, Support] = {}
     never: set[torch.fx.Node] = set()
     size_readers = _intermediate_sizes(gm)
-    returned_views = _returned_input_views(gm)
+    returned_views = _returned_input_views(gm, _user_visible_outputs(role))
     for n in nodes:
         if config.excludes(op_type(n)) or config.excludes(str(n.target)):
             never.add(n)
