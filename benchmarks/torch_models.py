@@ -50,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 ARGS = parse_args()
 THREADS = ARGS.threads or min(os.cpu_count() or 1, 2 if os.environ.get("CI") else 64)
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+# no background pool of Inductor compile workers competing with the timed contenders
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import torch  # noqa: E402  (after OMP_NUM_THREADS)
 import torch.nn as nn  # noqa: E402

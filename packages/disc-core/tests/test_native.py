@@ -613,3 +613,15 @@ def test_library_call_reads_a_broadcast_constant_another_kernel_duplicates(compi
     for n in (1, 3, 17):
         check(compiler, g, [rng.random((6, 24), dtype=np.float32),
                             rng.random((n, 6), dtype=np.float32)])
+
+
+def test_kernel_member_reading_only_a_shape_does_not_block_fusion(compiler):
+    """mean-style code: x / size(x, 1) where x is computed in the same kernel."""
+    b = GraphBuilder("size_of_fused")
+    x = b.input("x", "f32", ["n", "m"])
+    t = b.transpose(b.exp(x), permutation=[1, 0])
+    count = b.broadcast_to(b.cast(b.dim_size(t, 0), "f32"), ["m", "n"])
+    g = b.build(b.div(t, count))
+    exe = check(compiler, g, [np.random.default_rng(0).random((3, 5), dtype=np.float32)])
+    check(compiler, g, [np.ones((1, 7), np.float32)])
+    assert exe.artifact.engine == "native"

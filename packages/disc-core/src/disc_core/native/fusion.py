@@ -502,8 +502,8 @@ def _agreed_map(k: Kernel, v: Value, users: dict[Value, list[Op]], members: dict
     be an implicit broadcast)."""
     need: DimMap | None = None
     for u in users.get(v, []):
-        if id(u) not in members:
-            continue
+        if id(u) not in members or u.name in SHAPE_ONLY:
+            continue  # a member reading only v's shape puts no demand on v's layout
         for i, w in enumerate(u.operands):
             if w is not v:
                 continue
