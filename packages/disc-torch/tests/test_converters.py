@@ -120,6 +120,10 @@ FLOAT_CASES = [
     Case("cast", lambda a: (a * 3).to(torch.int32).to(a.dtype) + a.to(F64).to(a.dtype), x1,
          grad=False),
     Case("bitwise", lambda a, b: (a & b) | (a ^ 3), x2, (I64,)),
+    Case("symfloat_scalar", lambda a: a * (1.0 / (a.shape[0] * a.shape[1])), x1, grad=True,
+         sizes=[(3, 5), (1, 7), (4, 1), (6, 33)]),
+    Case("size_arithmetic", lambda a: a + (a.shape[1] // 2) - (a.shape[0] % 3)
+         + -(-a.shape[1] // 4), x1, (F32, I64)),
 ]
 
 REDUCTION_CASES = [

@@ -121,15 +121,69 @@ class Lowering:
         for mono, coeff in e.terms:
             term: Value = self.scalar(coeff, DType.I64)
             for atom in mono:
-                name = getattr(atom, "name", None)
-                site = next(((v, a) for v in self.b.graph.inputs for a, d in enumerate(v.shape)
-                             if d.is_symbol and d.symbol_name == name), None)
-                if site is None:  # a carrier input, fed like any unbound symbol's
-                    site = (self.b.input(f"sym_{name}", DType.U8, [Expr.sym(name), 0]), 0)
-                term = self.op("mul", term, self.b.dim_size(site[0], site[1]))
+                term = self.op("mul", term, self._atom_value(atom))
             total = term if total is None else self.op("add", total, term)
         assert total is not None
         return self.cast(total, dtype)
+
+    def _atom_value(self, atom: Any) -> Value:
+        """One factor of a size monomial as an i64 value: a symbol, read from an input dim
+        (or a carrier input), or floordiv/ceildiv/mod/min/max of sizes, with Python's
+        floor semantics (C division truncates)."""
+        fn = getattr(atom, "fn", None)
+        if fn is None:
+            name = atom.name
+            site = next(((v, a) for v in self.b.graph.inputs for a, d in enumerate(v.shape)
+                         if d.is_symbol and d.symbol_name == name), None)
+            if site is None:  # a carrier input, fed like any unbound symbol's
+                site = (self.b.input(f"sym_{name}", DType.U8, [Expr.sym(name), 0]), 0)
+            return self.b.dim_size(site[0], site[1])
+        args = [self.size_value(a, DType.I64) for a in atom.args]
+        if fn in ("min", "max"):
+            out = args[0]
+            for a in args[1:]:
+                out = self.op(fn, out, a)
+            return out
+        a, b = args
+        if fn == "ceildiv":  # ceil(a / b) = -floor(-a / b)
+            return self.op("neg", self._floordiv(self.op("neg", a), b))
+        q = self._floordiv(a, b)
+        return q if fn == "floordiv" else self.op("sub", a, self.op("mul", q, b))
+
+    def _floordiv(self, a: Value, b: Value) -> Value:
+        zero = self.scalar(0, DType.I64)
+        q = self.op("div", a, b)
+        inexact = self.op("compare", self.op("rem", a, b), zero, direction="ne")
+        signs_differ = self.op("xor", self.op("compare", a, zero, direction="lt"),
+                               self.op("compare", b, zero, direction="lt"))
+        return self.op("select", self.op("and", inexact, signs_differ),
+                       self.op("sub", q, self.scalar(1, DType.I64)), q)
+
+    def float_value(self, e: Any, dtype: DType) -> Value:
+        """A SymFloat (sympy over the size symbols, e.g. batch norm's ``1 / (N*H*W)``) as a
+        rank-0 value: true divisions and float arithmetic of sizes read at run time."""
+        import sympy
+
+        if not dtype.is_float:
+            raise ConversionError(f"float size expression {e} used as a {dtype} operand")
+        fn = type(e).__name__
+        if isinstance(e, (sympy.Float, sympy.Rational)) and e.is_number:
+            return self.scalar(float(e), dtype)
+        if fn in ("FloatTrueDiv", "IntTrueDiv"):
+            return self.op("div", self.float_value(e.args[0], dtype),
+                           self.float_value(e.args[1], dtype))
+        if fn == "ToFloat":
+            return self.float_value(e.args[0], dtype)
+        if isinstance(e, (sympy.Add, sympy.Mul)) and not e.is_integer:
+            parts = [self.float_value(a, dtype) for a in e.args]
+            out = parts[0]
+            for p in parts[1:]:
+                out = self.op("add" if isinstance(e, sympy.Add) else "mul", out, p)
+            return out
+        try:
+            return self.size_value(to_expr(e), dtype)  # an integer-valued size
+        except Exception as exc:
+            raise ConversionError(f"float size expression {e} ({fn}): {exc}") from None
 
     # numpy-style helpers live in disc-core's GraphBuilder (every bridge needs them); a
     # shape they cannot prove is a ConversionError here, so the node falls back
@@ -151,7 +205,10 @@ class Lowering:
     def operand(self, arg: Any, dtype: DType, shape: Sequence[Expr] | None = None) -> Value:
         """A tensor or Python-number argument as a core value of ``dtype`` (and ``shape``)."""
         if isinstance(arg, torch.fx.Node):
-            if not self.is_tensor(arg):
+            meta = meta_of(arg)
+            if isinstance(meta, torch.SymFloat):
+                v = self.float_value(meta.node.expr, dtype)
+            elif not self.is_tensor(arg):
                 v = self.size_value(self.expr(arg), dtype)
             else:
                 v = self.cast(self.value(arg), dtype)

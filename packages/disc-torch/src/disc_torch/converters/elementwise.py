@@ -100,7 +100,8 @@ def isfinite(ctx, node):
 _BINARY = {
     aten.add.Tensor: "add", aten.add.Scalar: "add", aten.sub.Tensor: "sub",
     aten.sub.Scalar: "sub", aten.mul.Tensor: "mul", aten.mul.Scalar: "mul",
-    aten.div.Tensor: "div", aten.div.Scalar: "div", aten.maximum.default: "max",
+    aten.div.Tensor: "div", aten.div.Scalar: "div", aten.true_divide.Tensor: "div",
+    aten.maximum.default: "max",
     aten.minimum.default: "min", aten.atan2.default: "atan2",
     aten.bitwise_and.Tensor: "and", aten.bitwise_or.Tensor: "or",
     aten.bitwise_xor.Tensor: "xor", aten.bitwise_and.Scalar: "and",

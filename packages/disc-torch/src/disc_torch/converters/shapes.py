@@ -38,7 +38,8 @@ def _to_copy_check(node):
     return None
 
 
-@converter(aten._to_copy.default, aten.to.dtype, dtypes=ALL_DTYPES, check=_to_copy_check)
+@converter(aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default,
+           dtypes=ALL_DTYPES, check=_to_copy_check)
 def to_copy(ctx, node):
     return ctx.cast(ctx.value(node.args[0]), ctx.dtype(node))
 
@@ -229,9 +230,10 @@ def _device_check(node):
 
 
 def _fill_value(node: torch.fx.Node, position: int) -> Any:
+    """A Python number, or an FX node computing a SymInt/SymFloat (a size-derived value)."""
     value = node.args[position] if len(node.args) > position else node.kwargs.get("fill_value")
-    if not isinstance(value, (bool, int, float)):
-        raise ConversionError("fill value computed at run time")
+    if not isinstance(value, (bool, int, float, torch.fx.Node)):
+        raise ConversionError(f"fill value {value!r}")
     return value
 
 
@@ -239,7 +241,7 @@ def _fill_value(node: torch.fx.Node, position: int) -> Any:
            check=_device_check)
 def full(ctx, node):
     position = 1 if node.target is aten.full.default else 0
-    return ctx.full(_fill_value(node, position), ctx.dtype(node), ctx.shape(node))
+    return ctx.operand(_fill_value(node, position), ctx.dtype(node), ctx.shape(node))
 
 
 @converter(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
@@ -249,7 +251,7 @@ def full_like(ctx, node):
         value = _fill_value(node, 1)
     else:
         value = 0 if node.target is aten.zeros_like.default else 1
-    return ctx.full(value, ctx.dtype(node), ctx.shape(node))
+    return ctx.operand(value, ctx.dtype(node), ctx.shape(node))
 
 
 @converter(aten.arange.start_step, aten.arange.default, aten.arange.start,
