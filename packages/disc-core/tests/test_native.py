@@ -498,6 +498,45 @@ def test_dot_layouts_get_transposed_for_blas(compiler, lhs_batch, rhs_batch, lhs
     check(compiler, g, [randn(*lshape), randn(*rshape)], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("perm, contract, batch", [
+    ([1, 0], [1], []),  # mm(x.t(), g): the weight gradient of a linear layer
+    ([0, 2, 1], [2], [0]),  # bmm(q, k.transpose(1, 2)): attention scores
+    ([2, 0, 1], [1, 2], []),  # contracting two dims of a rotated operand
+])
+def test_transposes_feeding_dots_fold_into_gemm_flags(compiler, perm, contract, batch) -> None:
+    b = GraphBuilder("fold")
+    N = b.symbol("N")
+    base = [N, 6, 5]
+    x = b.input("x", "f32", base[:len(perm)])
+    xt = b.transpose(x, permutation=perm)
+    free = [d for d in range(len(perm)) if d not in contract and d not in batch]
+    rshape = [xt.shape[d] for d in batch] + [xt.shape[d] for d in contract] + [3]
+    w = b.input("w", "f32", rshape)
+    nb = len(batch)
+    y = b.dot_general(xt, w, lhs_batch=batch, rhs_batch=list(range(nb)), lhs_contract=contract,
+                      rhs_contract=list(range(nb, nb + len(contract))))
+    assert free  # the result keeps lhs free dims
+    g = b.build(y)
+    for n in (4, 1, 0, 9):
+        xs = randn(*[n, 6, 5][:len(perm)])
+        ts = xs.transpose(perm).shape
+        ws = randn(*[ts[d] for d in batch], *[ts[d] for d in contract], 3)
+        exe = check(compiler, g, [xs, ws], rtol=1e-4, atol=1e-4)
+    # the transpose is read in place by the GEMM: no copy kernel is generated
+    assert kernels(exe) == {"librarycall": 1}
+
+
+def test_transpose_also_read_elsewhere_still_folds(compiler) -> None:
+    b = GraphBuilder("fold_shared")
+    N = b.symbol("N")
+    x, w = b.input("x", "f32", [N, 7]), b.input("w", "f32", [N, 3])
+    xt = b.transpose(x, permutation=[1, 0])
+    y = b.dot_general(xt, w, lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[0])
+    g = b.build(y, b.exp(xt))
+    for n in (5, 1, 12):
+        check(compiler, g, [randn(n, 7), randn(n, 3)], rtol=1e-4, atol=1e-4)
+
+
 # -- convolution: per-tap GEMMs ----------------------------------------------------------------
 
 @pytest.mark.parametrize("layout, kernel, strides, padding, dilation, groups", [

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from disc_core.compiler import Compiler
 from disc_core.report import configure as configure_report
@@ -68,6 +69,12 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         inference_compiler=_graph_compiler(config, "inference"),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=True,
+        # Like Inductor: the forward saves few tensors and the backward recomputes cheap,
+        # fusible ones (views, elementwise chains) inside its own clusters, which costs no
+        # extra kernel there and saves writing and re-reading every saved intermediate. A
+        # view such as the t(weight) of every linear layer is then read in place by the
+        # backward's GEMM rather than copied out of the forward.
+        partition_fn=min_cut_rematerialization_partition,
     )
     try:
         return backend(gm, example_inputs)

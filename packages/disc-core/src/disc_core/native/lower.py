@@ -8,6 +8,7 @@ import numpy as np
 
 from ..ir import Graph, Op, Value
 from ..opdef import Rewriter
+from ..passes.dce import DCE
 from ..passes.rewrite import rewrite_ops
 
 
@@ -39,7 +40,12 @@ def canonicalize_dots(graph: Graph) -> None:
     from .emit import gemm_layout
 
     def to_blas_layout(op: Op, rw: Rewriter) -> Value | None:
-        if op.name != "dot_general" or gemm_layout(op) is not None:
+        if op.name != "dot_general":
+            return None
+        folded = _fold_operand_transposes(op)
+        if folded is not None and gemm_layout(folded) is not None:
+            return rw.op("dot_general", *folded.operands, **folded.attrs)
+        if gemm_layout(op) is not None:
             return None
         a = op.attrs
         lhs, rhs = op.operands
@@ -58,6 +64,37 @@ def canonicalize_dots(graph: Graph) -> None:
                      rhs_contract=list(range(nb, nb + nc)))
 
     rewrite_ops(graph, to_blas_layout)
+    DCE().run(graph)  # transposes that only fed dots are gone
+
+
+def _fold_operand_transposes(op: Op) -> Op | None:
+    """The dot with every transposed operand read in place, or None when nothing folds.
+
+    A transpose feeding a dot (``mm(x.t(), g)`` in every weight gradient, ``x @ w.t()`` in
+    every linear layer) is only a renaming of the dims the dot contracts, and the GEMM's
+    transpose flags read either layout at full speed, whereas materializing it is a
+    strided copy. An operand folds only when its free dims keep their relative order, so
+    the result layout, and every consumer, stays as it is.
+    """
+    a = dict(op.attrs)
+    operands = list(op.operands)
+    changed = False
+    for i, side in enumerate(("lhs", "rhs")):
+        v = operands[i]
+        if v.producer is None or v.producer.name != "transpose":
+            continue
+        perm = v.producer.attrs["permutation"]
+        batch, contract = a[f"{side}_batch"], a[f"{side}_contract"]
+        free = [perm[d] for d in range(v.rank) if d not in batch and d not in contract]
+        if free != sorted(free):
+            continue
+        a[f"{side}_batch"] = [perm[d] for d in batch]
+        a[f"{side}_contract"] = [perm[d] for d in contract]
+        operands[i] = v.producer.operands[0]
+        changed = True
+    if not changed:
+        return None
+    return Op(op.opdef, operands, a, [r.type for r in op.results])
 
 
 def lower_convolutions(graph: Graph) -> None:
