@@ -140,7 +140,13 @@ def test_cnn_trains_like_eager():
     got = run(disc, disc_torch.optimize(disc))
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(disc.bn.running_mean, eager.bn.running_mean)
-    assert any(n.status.value == "compiled" for g in disc_torch.report().graphs for n in g.nodes)
+    compiled = {n.op for g in disc_torch.report().graphs for n in g.nodes
+                if n.status.value == "compiled"}
+    # the backward's compute-heavy ops compile (they used to run eagerly)
+    assert {"aten.convolution.default", "aten.convolution_backward.default",
+            "aten.avg_pool2d_backward.default"} <= compiled, compiled
+    assert not [f for f in fallbacks() if "backward" in f[0] or "convolution" in f[0]], \
+        fallbacks()
 
 
 class WithUnsupported(nn.Module):

@@ -23,6 +23,7 @@ SIZES = [(3, 5), (1, 7), (4, 1), (0, 3), (6, 33)]  # (rows, cols): edge, odd, un
 F32 = torch.float32
 F64 = torch.float64
 I64 = torch.int64
+I32 = torch.int32
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Case:
     make: Callable  # (rows, cols, dtype, generator) -> tuple of inputs
     dtypes: tuple = (F32, F64)
     grad: bool = False  # compare gradients w.r.t. the float inputs (float64)
+    # the backward compiles too: no fallback (min_cluster_size=1), one compile per cluster
+    strict_backward: bool = False
     sizes: list = field(default_factory=lambda: SIZES)
 
 
@@ -148,6 +151,16 @@ REDUCTION_CASES = [
     Case("layer_norm", lambda a: F.layer_norm(a, (a.shape[-1],)), x1, grad=True,
          sizes=[(3, 5), (1, 7), (4, 2), (6, 33)]),
     Case("rms_norm", lambda a: F.rms_norm(a, (a.shape[-1],), eps=1e-6), x1, grad=True),
+    Case("cumsum", lambda a: torch.cumsum(a, -1), x1, (F32, F64, I32, I64), grad=True,
+         strict_backward=True),
+    # no size 0 here: with dtype= equal to the input's dtype (the float64 backward check),
+    # torch's own fake-tensor tracing of an empty symbolic input fails (AssertionError in
+    # symbolic_shapes) before DISC sees the graph, which then runs eagerly
+    Case("cumsum_dim0_dtype", lambda a: torch.cumsum(a, 0, dtype=F64) + 1, x1, (F32, I32),
+         grad=True, strict_backward=True, sizes=[(3, 5), (1, 7), (4, 1), (6, 33)]),
+    Case("cumsum_middle", lambda a: a.cumsum(1) * 2, rows3, (F32, F64, I64), grad=True,
+         strict_backward=True, sizes=[(3, 5), (1, 7), (4, 1), (6, 33)]),
+    Case("cumsum_bool", lambda a: (a > 0).cumsum(-1), x1, (F32,)),
 ]
 
 LAYOUT_CASES = [
@@ -236,7 +249,7 @@ def _conv(dtype, **kw):
 
 
 def conv_case(**kw):
-    # inference only: convolution_backward has no converter yet (it runs in torch)
+    # forward only here; test_convolution_backward_parity checks the gradients
     mods = {dt: _conv(dt, **kw).requires_grad_(False) for dt in (F32, F64)}
 
     def fn(x):
@@ -260,6 +273,21 @@ NN_CASES = [
          sizes=[(3, 5), (1, 7), (6, 9)]),
     Case("avg_pool", lambda x: F.avg_pool2d(x, 2) * 1,
          lambda r, c, dt, g: _conv_inputs(r, c, dt, g), sizes=[(3, 5), (1, 7), (6, 9)]),
+    Case("avg_pool_grad", lambda x: F.avg_pool2d(x, 2) * 1,
+         lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True, strict_backward=True,
+         sizes=[(3, 5), (1, 7), (6, 9), (0, 0)]),
+    Case("avg_pool_exclude_pad", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1,
+                                                        count_include_pad=False) * 1,
+         lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True, strict_backward=True,
+         sizes=[(3, 5), (1, 7), (6, 9), (0, 2)]),
+    Case("avg_pool_divisor", lambda x: F.avg_pool2d(x, (3, 2), stride=(1, 3), padding=(1, 0),
+                                                    divisor_override=5) * 1,
+         lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True, strict_backward=True,
+         sizes=[(3, 5), (1, 7), (6, 9)]),
+    Case("avg_pool3d", lambda x: F.avg_pool3d(x, 2, stride=(1, 2, 2), padding=1) * 1,
+         lambda r, c, dt, g: (torch.rand(2, 2, r + 1, c + 2, 3, generator=g,
+                                         dtype=F64).to(dt),),
+         grad=True, strict_backward=True, sizes=[(3, 5), (1, 7), (6, 2)]),
     Case("max_pool", lambda x: F.max_pool2d(x, 3, stride=2, padding=1) * 1,
          lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True,
          sizes=[(3, 5), (1, 7), (6, 9)]),
@@ -295,7 +323,8 @@ GRAD_PARAMS = [pytest.param(c, id=c.name) for c in CASES if c.grad]
 @pytest.mark.parametrize("case", GRAD_PARAMS)
 def test_backward_parity(case: Case):
     g = torch.Generator().manual_seed(1)
-    compiled = disc_torch.optimize(case.fn)
+    compiled = disc_torch.optimize(case.fn, **({"min_cluster_size": 1}
+                                               if case.strict_backward else {}))
     for rows, cols in case.sizes:
         inputs = case.make(rows, cols, F64, g)
         leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
@@ -310,3 +339,96 @@ def test_backward_parity(case: Case):
             if b.grad is not None:
                 assert_same(a.grad, b.grad)
     assert disc_torch.report().graphs, "nothing was captured"
+    if case.strict_backward:
+        graphs = disc_torch.report().graphs
+        assert any(gr.name.startswith("backward") for gr in graphs), [gr.name for gr in graphs]
+        assert not fallbacks(), f"{case.name}: ops fell back: {fallbacks()}"
+        assert disc_torch.compile_count() == sum(len(gr.clusters) for gr in graphs)
+
+
+# -- convolution backward: grads of the input and of the module's parameters ----------------
+
+CONV_GRAD_CASES = [  # (id, spatial dims, Conv kwargs)
+    ("conv2d_same", 2, dict(kernel_size=3, padding=1)),
+    ("conv2d_strided", 2, dict(kernel_size=3, stride=2, padding=1)),
+    ("conv2d_dilated_grouped", 2, dict(kernel_size=3, stride=(2, 1), padding=(2, 0),
+                                       dilation=2, groups=3, bias=False)),
+    ("conv2d_depthwise_1x1_padded", 2, dict(kernel_size=1, stride=3, padding=1, groups=6)),
+    ("conv1d", 1, dict(kernel_size=4, stride=3, padding=2)),
+    ("conv3d", 3, dict(kernel_size=2, stride=(1, 2, 1), padding=(1, 0, 1), dilation=(1, 1, 2))),
+]
+# which of (input, weight, bias) need gradients: every output_mask torch asks for
+GRAD_MASKS = [(True, True, True), (False, True, True), (True, False, False),
+              (True, True, False), (False, False, True)]
+CONV_SIZES = [(2, 9), (1, 8), (3, 13), (1, 1), (2, 6)]  # (batch, spatial): unseen, edge, odd
+
+
+CONV_GRAD_PARAMS = [
+    pytest.param(name, dims, kw, mask,
+                 id=f"{name}-" + "".join("xwb"[i] if f else "_" for i, f in enumerate(mask)))
+    for name, dims, kw in CONV_GRAD_CASES for mask in GRAD_MASKS
+    if kw.get("bias", True) or mask[0] or mask[1]]  # something must need a gradient
+
+
+@pytest.mark.parametrize("name,dims,kw,mask", CONV_GRAD_PARAMS)
+def test_convolution_backward_parity(name, dims, kw, mask):
+    """convolution_backward compiles (no fallback, one compile per cluster) for every
+    output_mask, and its gradients match eager in float64 on shapes unseen at compile
+    time, including a spatial size of 1."""
+    cls = {1: torch.nn.Conv1d, 2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[dims]
+    torch.manual_seed(0)
+    mod = cls(6, 6, **kw).to(F64)
+    twin = cls(6, 6, **kw).to(F64)
+    twin.load_state_dict(mod.state_dict())
+    for m in (mod, twin):
+        m.weight.requires_grad_(mask[1])
+        if m.bias is not None:
+            m.bias.requires_grad_(mask[2])
+    compiled = disc_torch.optimize(mod, min_cluster_size=1)
+    g = torch.Generator().manual_seed(2)
+    pad = kw.get("padding", 0)
+    for batch, size in CONV_SIZES:
+        k = kw["kernel_size"]
+        dil = kw.get("dilation", 1)
+        spatial = [size + 2 * j for j in range(dims)]
+        spatial = [max(s, (k - 1) * max(_tuple(dil, dims)) + 1 - 2 * min(_tuple(pad, dims)))
+                   for s in spatial]  # the window must fit the padded input
+        x = torch.rand(batch, 6, *spatial, generator=g, dtype=F64)
+        a, b = x.clone().requires_grad_(mask[0]), x.clone().requires_grad_(mask[0])
+        out, want = compiled(a), twin(b)
+        assert_same(out, want)
+        seed = torch.rand(want.shape, generator=g, dtype=F64)
+        out.backward(seed)
+        want.backward(seed)
+        if mask[0]:
+            assert_same(a.grad, b.grad)
+        for p, q in zip(mod.parameters(), twin.parameters()):
+            if q.requires_grad:
+                assert_same(p.grad, q.grad)
+                p.grad = q.grad = None
+    assert not fallbacks(), f"{name}: ops fell back: {fallbacks()}"
+    ops = {n.op for gr in disc_torch.report().graphs for n in gr.nodes}
+    assert any("convolution_backward" in op for op in ops), ops
+    graphs = disc_torch.report().graphs
+    assert disc_torch.compile_count() == sum(len(gr.clusters) for gr in graphs)
+
+
+def _tuple(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def test_avg_pool_ceil_mode_falls_back_with_a_reason():
+    """ceil_mode is not converted (forward nor backward): eager runs it, the report says
+    why, and the results still match."""
+    fn = lambda x: F.avg_pool2d(x, 2, ceil_mode=True) * 1  # noqa: E731
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    x = torch.rand(2, 3, 7, 9, dtype=F64, requires_grad=True)
+    twin = x.detach().clone().requires_grad_(True)
+    out, want = compiled(x), fn(twin)
+    assert_same(out, want)
+    out.sum().backward()
+    want.sum().backward()
+    assert_same(x.grad, twin.grad)
+    refused = {(op, detail) for op, _, detail in fallbacks()}
+    for op in ("aten.avg_pool2d.default", "aten.avg_pool2d_backward.default"):
+        assert (op, f"{op}: ceil_mode=True") in refused, refused

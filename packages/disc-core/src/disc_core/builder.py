@@ -117,6 +117,121 @@ class GraphBuilder:
         return count if static == 1 else self.op(  # type: ignore[return-value]
             "mul", count, self.constant(static, dtype))
 
+    # -- convolution gradients, HLO-style: every framework's conv backward is these two ----
+    def conv_input_grad(self, dy: Value, w: Value, input_shape: Sequence[ExprLike], *,
+                        window_strides: Sequence[int], padding: Sequence[Sequence[int]],
+                        rhs_dilation: Sequence[int], feature_group_count: int = 1,
+                        input_layout: str, kernel_layout: str, output_layout: str) -> Value:
+        """The gradient of ``convolution(x, w)`` with respect to ``x`` (shape
+        ``input_shape``), given the output gradient ``dy``; the keyword arguments are the
+        forward convolution's (``lhs_dilation`` 1).
+
+        It is itself a convolution, as in XLA: ``dy`` dilated by the stride
+        (``lhs_dilation``), convolved at stride 1 with the kernel flipped in space and with
+        its input and output features swapped (per group). Per spatial dim, the forward
+        windows cover ``F = (out - 1) * stride + (k - 1) * dilation + 1`` positions of the
+        padded input, so the full transposed convolution (padding ``(k - 1) * dilation``
+        both sides) has size F; the input's gradient is that range shifted by the low
+        padding and cut or zero-extended to the input size (positions no window reads get
+        zero). When that end adjustment is a constant (stride 1, or static sizes) it folds
+        into the convolution's padding; otherwise (the remainder of a strided window walk
+        depends on the run-time size) a ``pad`` with a symbolic high edge applies it, since
+        ``padding`` must be constant.
+        """
+        il, kl, ol = input_layout, kernel_layout, output_layout
+        sp = [ch for ch in il if ch not in "NC"]
+        g = feature_group_count
+        ksizes = [w.shape[kl.index(ch)] for ch in sp]
+        if not all(k.is_const for k in ksizes):
+            raise VerifyError(f"conv_input_grad: kernel spatial sizes {ksizes} must be static")
+        # kernel [O, I, sp...] -> [og, G*I, sp...] flipped: features swapped per group
+        wc = self.op("transpose", w, permutation=[kl.index("O"), kl.index("I"),
+                                                  *[kl.index(ch) for ch in sp]])
+        o, i = wc.shape[0], wc.shape[1]
+        if g > 1:
+            if not o.is_const:
+                raise VerifyError("conv_input_grad: grouped kernel with symbolic features")
+            og = o.value // g
+            wc = self.reshape_to(wc, [g, og, i, *ksizes])
+            wc = self.op("transpose", wc, permutation=[1, 0, 2, *range(3, 3 + len(sp))])
+            wc = self.reshape_to(wc, [og, g * i, *ksizes])
+        wc = self.op("reverse", wc, dimensions=list(range(2, 2 + len(sp))))
+        conv_pad, low, high = [], [], []
+        for j, ch in enumerate(sp):
+            k, d, s = ksizes[j].value, rhs_dilation[j], window_strides[j]
+            p_lo = padding[j][0]
+            out = dy.shape[ol.index(ch)]
+            size = as_expr(input_shape[il.index(ch)])
+            full = (out - 1) * s + (k - 1) * d + 1
+            end = size + p_lo - full  # > 0: zero rows no window reads; < 0: crop
+            if end.is_const:
+                conv_pad.append(((k - 1) * d - p_lo, (k - 1) * d + end.value))
+                low.append(0)
+                high.append(as_expr(0))
+            else:  # crop inside the conv only as far as it stays valid for every size
+                c = min(p_lo, (k - 1) * d)
+                conv_pad.append(((k - 1) * d - c, (k - 1) * d))
+                low.append(c - p_lo)
+                high.append(end)
+        dx = self.op("convolution", dy, wc, window_strides=[1] * len(sp), padding=conv_pad,
+                     lhs_dilation=list(window_strides), rhs_dilation=list(rhs_dilation),
+                     feature_group_count=g, batch_group_count=1, input_layout=ol,
+                     kernel_layout="IO" + "".join(sp), output_layout=il)
+        if any(low) or any(not h.is_const or h.value for h in high):
+            lo_full, hi_full = [0] * dx.rank, [as_expr(0)] * dx.rank
+            for j, ch in enumerate(sp):
+                lo_full[il.index(ch)], hi_full[il.index(ch)] = low[j], high[j]
+            zero = self.constant(np.zeros((), dy.dtype.np))
+            dx = self.op("pad", dx, zero, low=lo_full, high=hi_full, interior=[0] * dx.rank)
+        return dx  # type: ignore[return-value]
+
+    def conv_filter_grad(self, x: Value, dy: Value, kernel_shape: Sequence[ExprLike], *,
+                         window_strides: Sequence[int], padding: Sequence[Sequence[int]],
+                         rhs_dilation: Sequence[int], feature_group_count: int = 1,
+                         input_layout: str, kernel_layout: str, output_layout: str) -> Value:
+        """The gradient of ``convolution(x, w)`` with respect to ``w`` (shape
+        ``kernel_shape``), given the output gradient ``dy``; the keyword arguments are the
+        forward convolution's (``lhs_dilation`` 1).
+
+        As in XLA, a convolution that contracts over the batch and the output positions:
+        ``x`` with its batch and feature roles swapped is the input, ``dy`` (batch as input
+        features) the kernel, dilated by the forward stride, and the window steps by the
+        forward dilation; feature groups become batch groups. Its result spatial size is
+        the kernel's (static in practice) while its "kernel" size is the symbolic output
+        size; the native engine lowers that shape by iterating over the result positions.
+        The input is cut to the extent the forward windows cover,
+        ``(out - 1) * stride + (k - 1) * dilation + 1`` per spatial dim, so the result size
+        is exactly ``k``; a cut that depends on the run-time size goes into an explicit
+        ``pad`` (symbolic edges) instead of the constant ``padding``.
+        """
+        il, kl, ol = input_layout, kernel_layout, output_layout
+        sp = [ch for ch in il if ch not in "NC"]
+        conv_pad, highs = [], []
+        for j, ch in enumerate(sp):
+            k = as_expr(kernel_shape[kl.index(ch)])
+            d, s = rhs_dilation[j], window_strides[j]
+            p_lo = padding[j][0]
+            out = dy.shape[ol.index(ch)]
+            size = x.shape[il.index(ch)]
+            hi = (out - 1) * s + (k - 1) * d + 1 - size - p_lo
+            conv_pad.append((p_lo, hi.value if hi.is_const else 0))
+            highs.append(as_expr(0) if hi.is_const else hi)
+        if any(not h.is_const for h in highs):  # cut on the run-time size: pad's symbolic edge
+            hi_full = [as_expr(0)] * x.rank
+            for j, ch in enumerate(sp):
+                hi_full[il.index(ch)] = highs[j]
+            zero = self.constant(np.zeros((), x.dtype.np))
+            x = self.op("pad", x, zero, low=[0] * x.rank, high=hi_full,  # type: ignore
+                        interior=[0] * x.rank)
+        swap = str.maketrans({"N": "C", "C": "N"})
+        dw = self.op("convolution", x, dy, window_strides=list(rhs_dilation), padding=conv_pad,
+                     lhs_dilation=[1] * len(sp), rhs_dilation=list(window_strides),
+                     feature_group_count=1, batch_group_count=feature_group_count,
+                     input_layout=il.translate(swap),
+                     kernel_layout=ol.translate(str.maketrans({"N": "I", "C": "O"})),
+                     output_layout=kl.translate(str.maketrans({"O": "C", "I": "N"})))
+        return dw  # type: ignore[return-value]
+
     def build(self, *outputs: Value | Sequence[Value]) -> Graph:
         outs: list[Value] = []
         for o in outputs:

@@ -34,6 +34,8 @@ from .fusion import (
     Kernel,
     LibraryCall,
     NativeUnsupported,
+    Quot,
+    ScanCall,
     ScatterCall,
     kdim,
 )
@@ -281,6 +283,8 @@ class _KernelEmitter:
         if isinstance(e, Aff):
             base = f"{self.dim(e.scale)}*{self.idx(e.dim)}" if e.dim is not None else "0"
             return f"({base} + {self.dim(e.offset)})"
+        if isinstance(e, Quot):
+            return f"({self.index(e.inner)} / INT64_C({e.step}))"
         return self.idx(e)
 
     def idx(self, d: int) -> str:
@@ -557,10 +561,14 @@ class _KernelEmitter:
         m = self.k.maps[id(op.results[0])]
         conds = []
         for j, (lo, d) in enumerate(zip(op.attrs["low"], op.operands[0].shape)):
-            if lo == 0 and op.attrs["high"][j] == 0:
+            step = op.attrs["interior"][j] + 1
+            if lo == 0 and op.attrs["high"][j] == 0 and step == 1:
                 continue
             e = self.index(m[j])
-            conds.append(f"({e}) >= {self.dim(lo)} && ({e}) < {self.dim(lo + d)}")
+            # interior padding: operand element k sits at lo + k * step
+            conds.append(f"({e}) >= {self.dim(lo)} && ({e}) < {self.dim(lo + (d - 1) * step + 1)}"
+                         + (f" && (({e}) - {self.dim(lo)}) % INT64_C({step}) == 0"
+                            if step > 1 else ""))
         if not conds:
             return args[0]
         return f"(({' && '.join(conds)}) ? ({args[0]}) : ({args[1]}))"
@@ -783,6 +791,9 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
         if isinstance(s, ScatterCall):
             L.extend(_emit_scatter(s.op, ptr, syms))
             continue
+        if isinstance(s, ScanCall):
+            L.extend(_emit_scan(s.op, ptr, syms))
+            continue
         k = s
         elems = syms.c(product(k.space)) if k.space else "1"
         args = [f"({'const ' + ctype(v.dtype)} *){ptr(v)}" for v in k.inputs]
@@ -951,3 +962,38 @@ def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
               "    }",
               "  }"]
     return lines
+
+
+def _emit_scan(op: Op, ptr, syms: _Symbols) -> list[str]:
+    """cumulative over [outer, axis, inner]: one task per outer index and 256-wide chunk of
+    the inner dims (vectorizable across the chunk), each walking the axis with its
+    accumulators in the reference's precision (f32 sums and products in double)."""
+    x, res = op.operands[0], op.results[0]
+    kind, axis = op.attrs["kind"], op.attrs["axis"]
+    t = ctype(res.dtype)
+    acc = "double" if res.dtype is DType.F32 and kind in ("sum", "prod") else t
+    outer, inner = product(x.shape[:axis]), product(x.shape[axis + 1:])
+    work = product(x.shape)
+    return [
+        "  {",
+        f"    const {t} *X = (const {t} *){ptr(x)}; {t} *Y = ({t} *){ptr(res)};",
+        f"    const int64_t OUT = {syms.c(outer)}, A = {syms.c(x.shape[axis])}, "
+        f"IN = {syms.c(inner)};",
+        "    const int64_t CH = (IN + 255) / 256;",
+        f"    #pragma omp parallel for schedule(static) if (({syms.c(work)}) >= {PAR_MIN})",
+        "    for (int64_t task = 0; task < OUT * CH; ++task) {",
+        "      const int64_t o = task / CH, c0 = (task % CH) * 256;",
+        "      const int64_t c1 = c0 + 256 < IN ? c0 + 256 : IN;",
+        f"      {acc} accs[256];",
+        f"      for (int64_t c = c0; c < c1; ++c) accs[c - c0] = {_identity(kind, res.dtype)};",
+        "      for (int64_t a = 0; a < A; ++a) {",
+        "        const int64_t base = (o * A + a) * IN;",
+        "        #pragma omp simd",
+        "        for (int64_t c = c0; c < c1; ++c) {",
+        f"          {_combine(kind, res.dtype, 'accs[c - c0]', 'X[base + c]')}",
+        f"          Y[base + c] = ({t})accs[c - c0];",
+        "        }",
+        "      }",
+        "    }",
+        "  }",
+    ]

@@ -46,7 +46,19 @@ class _DataIndex:
 
 
 DATA = _DataIndex()
-Entry = int | Aff | _DataIndex | None
+
+
+@dataclass(frozen=True)
+class Quot:
+    """Entry of an interior-padded operand: its index is ``inner / step``. Only read under
+    the pad's guard, which admits just the points where ``inner`` is a multiple of ``step``
+    in range (emit.guarded_pad), so the division is exact."""
+
+    inner: object  # Entry
+    step: int
+
+
+Entry = int | Aff | Quot | _DataIndex | None
 DimMap = tuple[Entry, ...]
 
 
@@ -148,7 +160,14 @@ class Alias:
     op: Op
 
 
-Step = Kernel | LibraryCall | ScatterCall | Alias
+@dataclass
+class ScanCall:
+    """cumulative: a loop carrying the accumulator along the axis, parallel over the rest."""
+
+    op: Op
+
+
+Step = Kernel | LibraryCall | ScatterCall | ScanCall | Alias
 
 
 @dataclass
@@ -219,9 +238,10 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
     if name == "pad":
         if i == 1:
             return (), {}
-        if any(op.attrs["interior"]):
-            raise NativeUnsupported("pad with interior padding")
-        return tuple(compose(e, 1, -op.attrs["low"][j]) for j, e in enumerate(result_map)), {}
+        a = op.attrs
+        return tuple(compose(e, 1, -a["low"][j]) if not a["interior"][j] else
+                     Quot(compose(e, 1, -a["low"][j]), a["interior"][j] + 1)
+                     for j, e in enumerate(result_map)), {}
     if name == "gather":
         axis, bd = op.attrs["axis"], op.attrs["batch_dims"]
         q = op.operands[1].rank - bd  # index dims that replace the operand's axis
@@ -274,6 +294,9 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             reads = list(op.operands)
         elif op.name in SCATTERS:
             step = ScatterCall(op)
+            reads = list(op.operands)
+        elif op.name == "cumulative":
+            step = ScanCall(op)
             reads = list(op.operands)
         elif _fusible(op):
             step = _grow_kernel(op, users, needed, ancestors, fused)

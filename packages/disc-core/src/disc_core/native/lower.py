@@ -10,6 +10,7 @@ from ..ir import Graph, Op, Value
 from ..opdef import Rewriter
 from ..passes.dce import DCE
 from ..passes.rewrite import rewrite_ops
+from ..symbolic import product
 
 
 def split_reductions(graph: Graph) -> None:
@@ -98,15 +99,28 @@ def _fold_operand_transposes(op: Op) -> Op | None:
 
 
 def lower_convolutions(graph: Graph) -> None:
-    """convolution -> im2col + one GEMM per feature group.
+    """convolution -> im2col + one GEMM per group.
 
-    The input goes to [N, spatial..., C] (transpose, then zero padding), the kernel to
-    [spatial..., I, O]. Each kernel tap is a strided slice of the input, [N, out..., C]; the
-    taps are concatenated along the channels into the patch matrix [N, out..., taps*C] (one
-    fused kernel writes it) and contracted with the weights viewed as [taps*I, O] by a
-    single BLAS call, so K is taps*C rather than C: per-tap GEMMs with K = 3 or 16 (the
-    first layers of a CNN) run BLAS far below its peak. The result is transposed to the
-    output layout; feature groups run group by group and are concatenated.
+    The input goes to [N, spatial..., C] (transpose, then padding: low/high zeros and, for
+    ``lhs_dilation``, interior zeros, all folded into the reads of the next kernel), the
+    kernel to [spatial..., I, O]. Two schedules, both one BLAS call per group:
+
+    * constant kernel size (forward convolutions, input gradients): each kernel tap is a
+      strided slice of the input, [N, out..., C]; the taps are concatenated along the
+      channels into the patch matrix [N, out..., taps*C] (one fused kernel writes it) and
+      contracted with the weights viewed as [taps*I, O], so K is taps*C rather than C:
+      per-tap GEMMs with K = 3 or 16 (the first layers of a CNN) run BLAS far below its
+      peak.
+    * symbolic kernel size but constant result size (filter gradients: the "kernel" is the
+      output gradient, the result is the weight shape): the roles swap, each *result*
+      position is a strided slice of the input over the whole kernel extent, [N, K..., C];
+      the positions are stacked along the batch into [positions*N, K...*C] and contracted
+      with the kernel viewed as [K...*I, O] in one GEMM whose K dimension is the large
+      batch*output-positions extent.
+
+    Feature groups run group by group over channel slices, batch groups over batch slices;
+    the group results are concatenated along the features and transposed to the output
+    layout.
     """
     from .fusion import NativeUnsupported
 
@@ -116,52 +130,80 @@ def lower_convolutions(graph: Graph) -> None:
         emit = rw.op
         a = op.attrs
         lhs, rhs = op.operands
+        res = op.results[0]
         il, kl, ol = a["input_layout"], a["kernel_layout"], a["output_layout"]
         sp = [ch for ch in il if ch not in "NC"]
-        if any(d != 1 for d in a["lhs_dilation"]) or a["batch_group_count"] != 1:
-            raise NativeUnsupported("convolution with lhs_dilation or batch groups")
         ksizes = [rhs.shape[kl.index(s)] for s in sp]
-        if not all(k.is_const for k in ksizes):
-            raise NativeUnsupported("convolution with a symbolic kernel size")
-        x = emit("transpose", lhs, permutation=[il.index("N"), *[il.index(s) for s in sp],
-                                                 il.index("C")])
+        outs = [res.shape[ol.index(s)] for s in sp]
+        by_pos = all(o.is_const for o in outs)
+        by_tap = all(k.is_const for k in ksizes) and not (
+            by_pos and product(outs).value < product(ksizes).value)  # fewer slices wins
+        if not by_tap and not by_pos:
+            raise NativeUnsupported("convolution with symbolic kernel and result sizes")
+        x = lhs
+        # pad first: a pad's operand is materialized, so padding a transpose would cost a pass
+        if any(v for pair in a["padding"] for v in pair) or any(d != 1 for d in a["lhs_dilation"]):
+            low, high, interior = [0] * x.rank, [0] * x.rank, [0] * x.rank
+            for j, ch in enumerate(sp):
+                low[il.index(ch)], high[il.index(ch)] = a["padding"][j]
+                interior[il.index(ch)] = a["lhs_dilation"][j] - 1
+            zero = emit("constant", value=np.zeros((), lhs.dtype.np))
+            x = emit("pad", x, zero, low=low, high=high, interior=interior)
+        x = emit("transpose", x, permutation=[il.index("N"), *[il.index(s) for s in sp],
+                                               il.index("C")])
         w = emit("transpose", rhs, permutation=[*[kl.index(s) for s in sp], kl.index("I"),
                                                  kl.index("O")])
-        lows = [lo for lo, _ in a["padding"]]
-        highs = [hi for _, hi in a["padding"]]
-        if any(lows) or any(highs):
-            zero = emit("constant", value=np.zeros((), lhs.dtype.np))
-            x = emit("pad", x, zero, low=[0, *lows, 0], high=[0, *highs, 0],
-                     interior=[0] * lhs.rank)
-        res = op.results[0]
-        outs = [res.shape[ol.index(s)] for s in sp]
         n, c = x.shape[0], x.shape[-1]
         i_feat, o_feat = w.shape[-2], w.shape[-1]
-        groups = a["feature_group_count"]
-        if groups > 1 and not (c.is_const and o_feat.is_const):
+        fgc, bgc = a["feature_group_count"], a["batch_group_count"]
+        groups = fgc * bgc  # at most one exceeds 1
+        if groups > 1 and not o_feat.is_const:
+            raise NativeUnsupported("grouped convolution with symbolic feature counts")
+        if fgc > 1 and not c.is_const:
             raise NativeUnsupported("grouped convolution with symbolic feature counts")
         og = o_feat // groups
+        nb = n // bgc
+        strides, rdil = a["window_strides"], a["rhs_dilation"]
         parts = []
-        taps = list(itertools.product(*[range(k.value) for k in ksizes]))
         for g in range(groups):
-            cols = []
-            for tap in taps:
-                starts = [t * d for t, d in zip(tap, a["rhs_dilation"])]
-                cols.append(emit(
-                    "slice", x, start=[0, *starts, g * i_feat],
-                    limit=[n, *[s0 + (o - 1) * st + 1 for s0, o, st in
-                                zip(starts, outs, a["window_strides"])], (g + 1) * i_feat],
-                    stride=[1, *a["window_strides"], 1]))
-            patches = cols[0] if len(cols) == 1 else emit("concatenate", *cols,
-                                                          dimension=x.rank - 1)
-            ws = emit("slice", w, start=[0] * len(taps[0]) + [0, g * og],
-                      limit=[*[k.value for k in ksizes], i_feat, (g + 1) * og],
-                      stride=[1] * w.rank)
-            ws = emit("reshape", ws, shape=[i_feat * len(taps), og])
-            parts.append(emit("dot_general", patches, ws, lhs_batch=[], rhs_batch=[],
-                              lhs_contract=[patches.rank - 1], rhs_contract=[0]))
+            # the rows (batch) and channels of the input this group reads
+            b0, b1 = (g * nb, (g + 1) * nb) if bgc > 1 else (0, n)
+            c0, c1 = (g * i_feat, (g + 1) * i_feat) if fgc > 1 else (0, c)
+            ws = emit("slice", w, start=[0] * (w.rank - 1) + [g * og],
+                      limit=[*w.shape[:-1], (g + 1) * og], stride=[1] * w.rank)
+            if by_tap:
+                cols = []
+                for tap in itertools.product(*[range(k.value) for k in ksizes]):
+                    starts = [t * d for t, d in zip(tap, rdil)]
+                    cols.append(emit(
+                        "slice", x, start=[b0, *starts, c0],
+                        limit=[b1, *[s0 + (o - 1) * st + 1
+                                     for s0, o, st in zip(starts, outs, strides)], c1],
+                        stride=[1, *strides, 1]))
+                patches = cols[0] if len(cols) == 1 else emit("concatenate", *cols,
+                                                              dimension=x.rank - 1)
+                ws = emit("reshape", ws, shape=[product(ksizes) * i_feat, og])
+                parts.append(emit("dot_general", patches, ws, lhs_batch=[], rhs_batch=[],
+                                  lhs_contract=[patches.rank - 1], rhs_contract=[0]))
+                continue
+            rows = []
+            for pos in itertools.product(*[range(o.value) for o in outs]):
+                starts = [p * st for p, st in zip(pos, strides)]
+                rows.append(emit(
+                    "slice", x, start=[b0, *starts, c0],
+                    limit=[b1, *[s0 + (k - 1) * d + 1 for s0, k, d in zip(starts, ksizes, rdil)],
+                           c1],
+                    stride=[1, *rdil, 1]))
+            stacked = rows[0] if len(rows) == 1 else emit("concatenate", *rows, dimension=0)
+            positions = len(rows)
+            patches = emit("reshape", stacked, shape=[positions * (b1 - b0),
+                                                      product(ksizes) * (c1 - c0)])
+            ws = emit("reshape", ws, shape=[product(ksizes) * i_feat, og])
+            y = emit("dot_general", patches, ws, lhs_batch=[], rhs_batch=[],
+                     lhs_contract=[1], rhs_contract=[0])
+            parts.append(emit("reshape", y, shape=[*outs, b1 - b0, og]))
         y = parts[0] if groups == 1 else emit("concatenate", *parts, dimension=lhs.rank - 1)
-        src = ["N", *sp, "C"]
+        src = ["N", *sp, "C"] if by_tap else [*sp, "N", "C"]
         y = emit("transpose", y, permutation=[src.index(ch) for ch in ol])
         if y.type != res.type:
             raise NativeUnsupported(f"convolution lowering produced {y.type}, expected "

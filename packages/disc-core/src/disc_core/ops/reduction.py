@@ -1,5 +1,5 @@
 """Reductions: ``reduce`` (sum, prod, max, min, and, or over a set of axes), ``argmax``
-and ``argmin``.
+and ``argmin``; and the scan ``cumulative`` (running sum, prod, max, min along an axis).
 
 Accumulation (the reference is the oracle, so it accumulates at least as precisely as any
 backend): f16/bf16 accumulate in float32 and round once; f32 accumulates in float64 and
@@ -175,3 +175,53 @@ class ArgMin(_ArgReduce):
 
     name = "argmin"
     _np_fn = staticmethod(np.argmin)
+
+
+_SCAN_KINDS = ("sum", "prod", "max", "min")
+
+
+class Cumulative(OpDef):
+    """Inclusive scan of ``x`` along ``axis``: element ``i`` of the result combines
+    elements ``0..i`` (torch ``cumsum``/``cumprod``/``cummax`` values, ``np.cumsum``).
+
+    ``kind`` is ``sum``, ``prod``, ``max`` or ``min``; numeric dtypes; the result has
+    ``x``'s shape and dtype. One op with a kind rather than one op per scan, as ``reduce``:
+    the backends share the loop that carries the accumulator and differ only in the
+    combine step. A reverse scan is ``reverse`` around it. Accumulation is sequential from
+    index 0, in the precision ``reduce`` uses (f32 in float64, rounded per element;
+    integers wrap); ``max``/``min`` propagate NaN (once a NaN is seen, every later element
+    is NaN).
+    """
+
+    name = "cumulative"
+    operands = ("x",)
+    attrs = {
+        "kind": Attr(STR, choices=_SCAN_KINDS, doc="sum, prod, max, min"),
+        "axis": Attr(INT, doc="the axis scanned along"),
+    }
+    traits = frozenset({"pure"})
+
+    @classmethod
+    def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
+        ctx.dtype_in(0, NUMERIC_DTYPES, "a numeric dtype:")
+        x = ctx.types[0]
+        ctx.axis(attrs["axis"], x.rank, "axis")
+        return [x]
+
+    @classmethod
+    def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
+                  ) -> np.ndarray:
+        x = inputs[0]
+        dt = dtype_of(x.dtype)
+        kind, axis = attrs["kind"], attrs["axis"]
+        if not 0 <= axis < x.ndim:
+            raise InterpretError(f"cumulative: axis={axis} out of range for an input of "
+                                 f"shape {x.shape}")
+        if kind in ("sum", "prod"):
+            fn = np.add if kind == "sum" else np.multiply
+            out = fn.accumulate(x.astype(acc_dtype(dt)), axis=axis)
+        else:  # np.maximum.accumulate propagates NaN exactly as specified
+            fn = np.maximum if kind == "max" else np.minimum
+            out = fn.accumulate(x.astype(dt.compute_np, copy=False), axis=axis)
+        with np.errstate(all="ignore"):
+            return np.asarray(out).astype(dt.np)

@@ -1,7 +1,10 @@
-"""Contractions: mm, bmm, addmm, and convolution (forward; N-d, strided, dilated, grouped).
+"""Contractions: mm, bmm, addmm, and convolution (forward and backward; N-d, strided,
+padded, dilated, grouped).
 
 These are the compute-bound ops the native engine hands to BLAS (dot_general) or lowers to
-per-tap GEMMs (convolution); see docs/architecture.md.
+im2col GEMMs (convolution); see docs/architecture.md. The convolution gradients are core
+convolutions themselves (GraphBuilder.conv_input_grad / conv_filter_grad), shared with the
+other bridges.
 """
 
 from __future__ import annotations
@@ -88,3 +91,42 @@ def convolution(ctx, node):
         out = ctx.op("add", out, ctx.op("broadcast_in_dim", b, shape=list(out.shape),
                                         broadcast_dimensions=[1]))
     return out
+
+
+def _conv_backward_check(node):
+    transposed = node.args[7]
+    if transposed:
+        return "transposed convolution"
+    for name, arg in (("stride", node.args[4]), ("padding", node.args[5]),
+                      ("dilation", node.args[6])):
+        if not all(isinstance(v, int) for v in arg):
+            return f"{name} computed at run time"
+    w = node.args[2].meta.get("val") if isinstance(node.args[2], torch.fx.Node) else None
+    if w is not None and not all(isinstance(d, int) for d in w.shape):
+        return "kernel with a symbolic size"
+    if w is not None and not 1 <= w.dim() - 2 <= 3:
+        return f"convolution with {w.dim() - 2} spatial dims"
+    return None
+
+
+@converter(aten.convolution_backward.default, dtypes=FLOAT_DTYPES, check=_conv_backward_check)
+def convolution_backward(ctx, node):
+    """(grad_input, grad_weight, grad_bias), each only where ``output_mask`` asks for it
+    (torch returns None for the others)."""
+    dy_n, x_n, w_n, _bias_sizes, stride, padding, dilation, _tr, _out_pad, groups, mask = \
+        node.args[:11]
+    dy, w = ctx.value(dy_n), ctx.value(w_n)
+    n = dy.rank - 2
+    sp = _SPATIAL[3 - n:]
+    expand = (lambda v: list(v) * n if len(v) == 1 else list(v))  # noqa: E731
+    kw = dict(window_strides=expand(stride), padding=[(p, p) for p in expand(padding)],
+              rhs_dilation=expand(dilation), feature_group_count=groups,
+              input_layout="NC" + sp, kernel_layout="OI" + sp, output_layout="NC" + sp)
+    dx = dw = db = None
+    if mask[0]:
+        dx = ctx.b.conv_input_grad(dy, w, ctx.shape(x_n), **kw)
+    if mask[1]:
+        dw = ctx.b.conv_filter_grad(ctx.value(x_n), dy, w.shape, **kw)
+    if mask[2]:
+        db = ctx.op("reduce", dy, kind="sum", axes=[0, *range(2, dy.rank)])
+    return dx, dw, db

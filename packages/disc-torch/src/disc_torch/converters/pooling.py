@@ -137,3 +137,57 @@ def max_pool_with_indices(ctx, node):
         best = ctx.op("select", take, v, best)
         best_idx = ctx.op("select", take, flat, best_idx)
     return best, best_idx
+
+
+def _avg_backward_check(node):
+    args = list(node.args) + [None] * 8
+    if args[5]:
+        return "ceil_mode=True"
+    for v in (args[2], args[3] or [], args[4] or []):
+        if not all(isinstance(x, int) for x in v):
+            return "window computed at run time"
+    return None
+
+
+@converter(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default,
+           dtypes=FLOAT_DTYPES, check=_avg_backward_check)
+def avg_pool_backward(ctx, node):
+    """Each output's gradient, divided by its window's divisor, goes back to every input
+    its window covered: per kernel tap, the divided gradient is spread ``stride`` apart
+    (interior padding) and shifted by the tap minus the padding (edge padding, cropping
+    where negative), and the taps are summed. No scatter: the native engine fuses the taps
+    into one loop whose reads test ``(i - low) % stride``. Divisors as in the forward
+    (``divisor_override``, the full window, or the in-bounds count when padding is
+    excluded)."""
+    args = list(node.args) + [None] * 8
+    dy, x = ctx.value(args[0]), ctx.value(args[1])
+    n = 2 if node.target is aten.avg_pool2d_backward.default else 3
+    expand = (lambda v, d: list(v) * n if len(v) == 1 else list(v) if v else d)  # noqa: E731
+    kernel = expand(args[2], None)
+    stride = expand(args[3] or [], kernel)
+    padding = expand(args[4] or [], [0] * n)
+    count_include_pad, divisor = args[6], args[7]
+    lead = x.rank - n
+    out_spatial = list(dy.shape[lead:])
+    zero = ctx.scalar(0, x.dtype)
+    if divisor:
+        g = ctx.op("div", dy, ctx.full(divisor, x.dtype, dy.shape))
+    elif count_include_pad or not any(padding):
+        count = 1
+        for k in kernel:
+            count *= k
+        g = ctx.op("div", dy, ctx.full(count, x.dtype, dy.shape))
+    else:
+        ones = ctx.op("pad", ctx.full(1, x.dtype, x.shape), zero, low=[0] * lead + padding,
+                      high=[0] * lead + padding, interior=[0] * x.rank)
+        g = ctx.op("div", dy, _window_sum(ctx, ones, kernel, stride, out_spatial))
+    total = None
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        # output o of this tap read input o * stride + tap - padding
+        low = [t - p for t, p in zip(tap, padding)]
+        high = [h - lo - (o - 1) * s - 1
+                for h, lo, o, s in zip(x.shape[lead:], low, out_spatial, stride)]
+        part = ctx.op("pad", g, zero, low=[0] * lead + low, high=[Expr.const(0)] * lead + high,
+                      interior=[0] * lead + [s - 1 for s in stride])
+        total = part if total is None else ctx.op("add", total, part)
+    return total

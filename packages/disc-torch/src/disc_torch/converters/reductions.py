@@ -1,4 +1,5 @@
-"""Reductions: sum, mean, prod, amax/amin, var/var_mean, argmax/argmin, any/all, max/min.dim.
+"""Reductions: sum, mean, prod, amax/amin, var/var_mean, argmax/argmin, any/all, max/min.dim;
+and the scan cumsum.
 
 Torch's ``keepdim`` is a reshape of the reduced value to the result shape torch recorded;
 an empty ``dim`` list means every dim (``sum(x, [])`` sums everything, as in torch).
@@ -155,3 +156,14 @@ def max_dim(ctx, node):
     idx = ctx.op("argmax" if is_max else "argmin", x, axis=axis, index_dtype=DType.I64)
     shape = ctx.shape(node.meta["val"][0])
     return ctx.reshape(values, shape), ctx.reshape(idx, shape)
+
+
+@converter(aten.cumsum.default, dtypes=ALL_DTYPES)
+def cumsum(ctx, node):
+    """A running sum along ``dim`` in the result's dtype (torch casts first: integer and
+    bool inputs give int64, ``dtype=`` picks another); a scalar is its own cumsum. The
+    backward (torch's reversed cumsum) arrives as flip, cumsum, flip."""
+    x = ctx.cast(ctx.value(node.args[0]), ctx.dtype(node))
+    if x.rank == 0:
+        return x
+    return ctx.op("cumulative", x, kind="sum", axis=_arg(node, 1, "dim", 0) % x.rank)
