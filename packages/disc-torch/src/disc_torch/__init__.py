@@ -8,6 +8,7 @@ unsupported. The backend itself is imported lazily: torch finds it through the
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from disc_core import report as _report  # imported now so that DISC_REPORT=path takes effect
@@ -52,12 +53,21 @@ def report():
 
     A snapshot, as a ``disc_core.report.Report`` (docs/report-schema.md); later calls see later
     graphs. ``DISC_REPORT=path`` (or the ``report_path`` option) writes it at exit.
+    Clusters still compiling in the background are waited for, so the snapshot is complete.
     """
+    _wait_for_builds()
     return _report.current("torch")
+
+
+def _wait_for_builds() -> None:
+    partition = sys.modules.get("disc_torch.partition")  # never imported: nothing to wait for
+    if partition is not None:
+        partition.wait_for_builds()
 
 
 def compile_count(target: str = "auto") -> int:
     """How many DISC compilations (cache misses) this process has done for torch graphs."""
     from disc_torch.backend import get_compiler
 
+    _wait_for_builds()
     return get_compiler(target).stats.compiles

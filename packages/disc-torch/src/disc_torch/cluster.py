@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -77,9 +78,25 @@ class ClusterModule(torch.nn.Module):
         self._checks_left = 3 if accuracy_check else 0
         #: arguments of the cluster itself; more may follow that only bind size symbols
         self.n_own = sum(1 for n in fallback.graph.nodes if n.op == "placeholder")
+        self._build: Future | None = None
+
+    def building(self, future: Future) -> None:
+        """The background build that will attach the executable (or fail the cluster)."""
+        self._build = future
+
+    def _settle(self) -> None:
+        build = self._build
+        if build is None:
+            return
+        try:
+            build.result()
+        except Exception as exc:  # the build records its own failures; this is a bug net
+            self.fail(ReasonCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}")
+        self._build = None
 
     @property
     def compiled(self) -> bool:
+        self._settle()
         return self._exe is not None
 
     def attach(self, lowered: LoweredCluster, executable: Any) -> None:
@@ -98,6 +115,8 @@ class ClusterModule(torch.nn.Module):
         return [n for n in self.fallback.graph.nodes if n.op == "call_function"]
 
     def forward(self, *args: Any) -> Any:
+        if self._build is not None:
+            self._settle()
         if self._exe is None:
             return self.fallback(*args[:self.n_own])
         start = time.perf_counter()

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any
 
 import torch
@@ -27,7 +30,7 @@ from .lowering import LoweredCluster, lower_graph
 from .support import getitem_support, is_sym_node, is_tensor_node, node_support, op_type
 from .symbolic import UnsupportedSize, to_expr
 
-__all__ = ["PartitionedGraph", "partition_and_compile"]
+__all__ = ["PartitionedGraph", "partition_and_compile", "wait_for_builds"]
 
 aten = torch.ops.aten
 _graph_ids = itertools.count()
@@ -229,12 +232,15 @@ class SymbolSites:
 
 def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | None],
                  compiler: Any) -> None:
-    """Compile every lowered cluster (in parallel: the C compiler is a subprocess)."""
+    """Start compiling every lowered cluster in the background; each module waits for its
+    own build on its first call.
 
-    def build(item: tuple[ClusterModule, LoweredCluster | None]) -> None:
-        module, low = item
-        if low is None:
-            return
+    aot_autograd compiles the forward graph, then traces and compiles the backward, then
+    dynamo runs the forward: building in the background overlaps the forward's C compiler
+    run (a subprocess, seconds) with the backward's tracing and with the other builds.
+    """
+
+    def build(module: ClusterModule, low: LoweredCluster) -> None:
         start = time.perf_counter()
         try:
             exe, source = compiler.compile_traced(low.graph)
@@ -254,9 +260,35 @@ def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | No
             cache_hit=source != "miss", kernels=kernels, fusions=fusions)
         module.attach(low, exe)
 
-    items = list(zip(modules, lowered))
-    if len(items) == 1:
-        build(items[0])
-        return
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(build, items))
+    for module, low in zip(modules, lowered):
+        if low is not None:
+            module.building(_submit_build(build, module, low))
+
+
+_builder: ThreadPoolExecutor | None = None
+_in_flight: set[Future] = set()
+_in_flight_lock = threading.Lock()
+
+
+def _submit_build(fn: Any, *args: Any) -> Future:
+    global _builder
+    with _in_flight_lock:
+        if _builder is None:
+            _builder = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
+                                          thread_name_prefix="disc-build")
+        future = _builder.submit(fn, *args)
+        _in_flight.add(future)
+    future.add_done_callback(_finished)
+    return future
+
+
+def _finished(future: Future) -> None:
+    with _in_flight_lock:
+        _in_flight.discard(future)
+
+
+def wait_for_builds() -> None:
+    """Block until every cluster build started so far has finished (report, counters)."""
+    with _in_flight_lock:
+        pending = list(_in_flight)
+    futures_wait(pending)
