@@ -285,3 +285,21 @@ def test_views_returned_to_the_user_stay_views_of_the_input():
     assert_same(x.grad, want.expand(2, 4))
     views = [op for op, r, _ in fallbacks() if r == ReasonCode.UNSUPPORTED_ATTRIBUTE.value]
     assert "aten.permute.default" in views and "aten.addmm.default" not in views
+
+
+def test_backward_builds_in_the_background_and_the_report_waits_for_it():
+    """aot_autograd compiles the backward during the first forward call; DISC builds it in
+    the background, so the forward returns first. The report must still see the build."""
+    lin = nn.Linear(8, 8)
+    compiled = disc_torch.optimize(lambda x: F.gelu(lin(x)).sum(-1).tanh())
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    out = compiled(x)  # no backward call yet
+    graphs = {g.name.split("_")[0]: g for g in disc_torch.report().graphs}
+    assert set(graphs) == {"forward", "backward"}, list(graphs)
+    for g in graphs.values():
+        assert g.clusters and all(c.compile_seconds is not None for c in g.clusters), g
+    out.sum().backward()
+    twin = x.detach().clone().requires_grad_(True)
+    F.gelu(lin(twin)).sum(-1).tanh().sum().backward()
+    assert_same(x.grad, twin.grad)
+    assert not fallbacks()
