@@ -1,8 +1,14 @@
-"""DISC bridge for TensorFlow (skeleton).
+"""DISC for TensorFlow: ``disc_tf.enable()`` (every tf.function, Keras included) or the
+``@disc_tf.function`` decorator.
 
-Importing it checks the installed TensorFlow version (without importing tensorflow) and raises
-UnsupportedFrameworkError, an ImportError, when TensorFlow is missing or unsupported.
+Importing the package checks the installed TensorFlow version (without importing
+tensorflow) and raises UnsupportedFrameworkError, an ImportError, when TensorFlow is missing
+or unsupported. TensorFlow itself is imported on first use of the bridge.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from disc_core import report as _report  # imported now so that DISC_REPORT=path takes effect
 from disc_tf._version_check import (
@@ -20,11 +26,30 @@ FRAMEWORK_VERSION = check_framework_version()
 __all__ = [
     "FRAMEWORK_VERSION",
     "SUPPORTED",
+    "DiscConfig",
+    "DiscFallbackWarning",
     "UnsupportedFrameworkError",
     "__version__",
     "check_framework_version",
+    "compile_count",
+    "disable",
+    "enable",
+    "function",
+    "is_enabled",
     "report",
 ]
+
+_LAZY = {"DiscConfig": "config", "DiscFallbackWarning": "api", "compile_count": "api",
+         "disable": "api", "enable": "api", "function": "api",
+         "is_enabled": "api"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"disc_tf.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'disc_tf' has no attribute {name!r}")
 
 
 def report():

@@ -1,0 +1,456 @@
+"""``disc_tf.function``, ``enable()`` and ``disable()``: tf.function with DISC clusters.
+
+A :class:`DiscFunction` wraps the user's Python function in a plain ``tf.function``. On a
+call it traces a concrete function with every unpinned input dim relaxed to unknown (so one
+trace and one compilation serve every shape of a rank), clusters and compiles it
+(:mod:`disc_tf.partition`), rebuilds it with launch ops (:mod:`disc_tf.rewrite`) and calls
+the rebuilt function. Any failure before the first call (conversion, compilation, the
+rewrite itself) keeps the affected clusters, or the whole function, in TensorFlow with one
+warning and a report entry; failures while running are handled by the launch op itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager.polymorphic_function import function_type_utils
+
+from disc_core.compiler import Compiler
+from disc_core.report import ReasonCode, configure, get_collector, graph_report
+
+from .config import DiscConfig
+from .partition import Analysis, analyze, compile_cluster, lower_cluster
+from .rewrite import Launch, rebuild_function
+
+__all__ = ["DiscFallbackWarning", "DiscFunction", "compile_count", "disable", "enable",
+           "function", "get_compiler", "is_enabled"]
+
+_ORIGINAL_FUNCTION = tf.function
+_compilers: dict[str, Compiler] = {}
+_lock = threading.Lock()
+_warned: set[str] = set()
+_enabled: DiscConfig | None = None
+#: cluster key -> (recorder, cluster id, description): where runtime failures are reported
+_launch_owners: dict[str, tuple[Any, int, str]] = {}
+
+
+class DiscFallbackWarning(UserWarning):
+    """Part of a program runs in TensorFlow instead of DISC (results are unaffected)."""
+
+
+def warn_once(message: str) -> None:
+    if message in _warned:
+        return
+    _warned.add(message)
+    warnings.warn(message, DiscFallbackWarning, stacklevel=3)
+
+
+def get_compiler(target: str = "auto") -> Compiler:
+    """The process-wide DISC compiler of a target (its stats count compilations)."""
+    with _lock:
+        if target not in _compilers:
+            _compilers[target] = Compiler(target=target)
+        return _compilers[target]
+
+
+def compile_count(target: str = "auto") -> int:
+    """How many DISC compilations (cache misses) this process did for TF clusters."""
+    return get_compiler(target).stats.compiles
+
+
+def _op_library() -> Any:
+    from .custom_op import load_library
+
+    return load_library()
+
+
+def _relax(x: Any) -> Any:
+    """A tensor argument as a TensorSpec with every dim unknown; anything else as is."""
+    if isinstance(x, tf.Variable):
+        return x
+    if isinstance(x, (tf.Tensor, np.ndarray)) and not isinstance(x, tf.RaggedTensor):
+        shape = x.shape
+        rank = len(shape) if isinstance(x, np.ndarray) else shape.rank
+        if rank is None:
+            return tf.TensorSpec(None, tf.as_dtype(x.dtype))
+        return tf.TensorSpec([None] * rank, tf.as_dtype(x.dtype))
+    return x
+
+
+def _key_of(x: Any) -> Any:
+    if isinstance(x, tf.TensorSpec):
+        return ("T", x.dtype.name, x.shape.rank)
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return ("v", type(x).__name__, x) if isinstance(x, (int, float, str, bool, type(None))) \
+        else ("id", id(x))
+
+
+@dataclass
+class _Entry:
+    """One traced signature: the rebuilt function (None: run the plain tf.function)."""
+
+    original: Any
+    rebuilt: Any = None
+    launches: list[Launch] = field(default_factory=list)
+    recorder: Any = None
+    keepalive: list[Any] = field(default_factory=list)
+
+
+class DiscFunction:
+    """A tf.function whose supported subgraphs run as DISC-compiled clusters."""
+
+    def __init__(self, python_function: Callable[..., Any], config: DiscConfig | None = None,
+                 *, from_enable: bool = False, **tf_kwargs: Any):
+        if not callable(python_function):
+            raise TypeError(f"disc_tf.function needs a callable, got "
+                            f"{type(python_function).__name__}")
+        self._config = config or DiscConfig.resolve()
+        self._from_enable = from_enable
+        jit = tf_kwargs.pop("jit_compile", None)
+        self._xla = bool(jit) and not self._config.override_xla
+        if self._xla:
+            tf_kwargs["jit_compile"] = True  # the user keeps XLA: DISC stays out
+        self._pinned = tf_kwargs.get("input_signature") is not None
+        self._tf = _ORIGINAL_FUNCTION(python_function, **tf_kwargs)
+        self._entries: dict[str, _Entry] = {}
+        self._entry_lock = threading.Lock()
+        functools.update_wrapper(self, python_function)
+        self._instance: Any = None
+
+    # -- tf.function compatibility -------------------------------------------------------
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        bound = functools.partial(self.__call__, instance)
+        return bound
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["_tf"], name)
+
+    @property
+    def python_function(self) -> Callable[..., Any]:
+        return self._tf.python_function
+
+    def coverage(self) -> Any:
+        """The coverage report (``disc_core.report.GraphReport``) of the most recently
+        traced signature, or None before the first call."""
+        for entry in reversed(list(self._entries.values())):
+            if entry.recorder is not None:
+                return entry.recorder.graph
+        return None
+
+    def uses_disc(self) -> bool:
+        """Whether the most recently traced signature runs any DISC cluster."""
+        entries = list(self._entries.values())
+        return bool(entries) and entries[-1].rebuilt is not None
+
+    # -- calls -----------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._xla or (self._from_enable and _enabled is None):
+            return self._tf(*args, **kwargs)
+        r_args = tf.nest.map_structure(_relax, args)
+        r_kwargs = tf.nest.map_structure(_relax, kwargs)
+        key = repr(tf.nest.map_structure(_key_of, (r_args, r_kwargs)))
+        if self._pinned:  # the input_signature fixes the traced shapes
+            r_args, r_kwargs = args, kwargs
+        entry = self._entries.get(key)
+        if entry is None:
+            with self._entry_lock:
+                entry = self._entries.get(key)
+                if entry is None:
+                    entry = self._build(r_args, r_kwargs)
+                    self._entries[key] = entry
+        if entry.rebuilt is None:
+            start = time.perf_counter()
+            out = self._tf(*args, **kwargs)
+            if tf.executing_eagerly() and _launch_owners:
+                self._after_call(entry, time.perf_counter() - start)
+            return out
+        cf = entry.original
+        bound = function_type_utils.canonicalize_function_inputs(args, kwargs,
+                                                                 cf.function_type)
+        flat = cf.function_type.unpack_inputs(bound)
+        start = time.perf_counter()
+        out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
+        # the rebuilt function returns a flat list: restore the Python function's structure
+        out = cf.function_type.pack_output(tf.nest.flatten(out, expand_composites=True))
+        if tf.executing_eagerly():
+            self._after_call(entry, time.perf_counter() - start)
+        return out
+
+    def _after_call(self, entry: _Entry, seconds: float) -> None:
+        """Runtime failures and call counts recorded by the launch ops since last time
+        (of every function: this one may have called others inside its graph)."""
+        in_disc = poll()
+        if entry.recorder is not None:
+            entry.recorder.graph_call(max(seconds - in_disc, 0.0))
+
+    def get_concrete_function(self, *args: Any, **kwargs: Any) -> Any:
+        """The rebuilt concrete function for these arguments (relaxed as calls are)."""
+        r_args = tf.nest.map_structure(_relax, args)
+        r_kwargs = tf.nest.map_structure(_relax, kwargs)
+        key = repr(tf.nest.map_structure(_key_of, (r_args, r_kwargs)))
+        if self._pinned:
+            r_args, r_kwargs = args, kwargs
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = self._build(r_args, r_kwargs)
+        return entry.rebuilt if entry.rebuilt is not None else entry.original
+
+    # -- building --------------------------------------------------------------------------
+    def _mode(self) -> str:
+        mode = self._config.execution
+        compiler = get_compiler(self._config.target)
+        if mode == "numpy_function":
+            return mode
+        if compiler.target == "reference":
+            if mode == "custom_op":
+                raise RuntimeError("execution='custom_op' needs native code (target "
+                                   "'native' and a C compiler)")
+            return "numpy_function"
+        try:
+            _op_library()
+        except Exception as exc:
+            if mode == "custom_op":
+                raise
+            warn_once(f"DISC: the DiscLaunch custom op is unavailable ({exc}); clusters run "
+                      "through tf.numpy_function instead")
+            return "numpy_function"
+        return "custom_op"
+
+    def _build(self, args: Any, kwargs: Any) -> _Entry:
+        cf = self._tf.get_concrete_function(*args, **kwargs)
+        entry = _Entry(cf)
+        config = self._config
+        if config.report_path:
+            configure(config.report_path)
+        name = getattr(self._tf, "__name__", None) or cf.name.decode() \
+            if isinstance(cf.name, bytes) else str(cf.name)
+        try:
+            analysis = analyze(cf.graph, min_cluster_size=config.min_cluster_size,
+                               excluded_ops=config.excluded_ops,
+                               outputs=[t.name for t in cf.outputs])
+        except Exception as exc:  # DISC must never break the user's program
+            warn_once(f"DISC: function {name} runs in TensorFlow: analyzing its graph failed "
+                      f"({type(exc).__name__}: {exc})")
+            return entry
+        report = graph_report(name, analysis.nodes, analysis.clustering,
+                              op_type=lambda op: op.type, support=analysis.verdicts,
+                              node_name=lambda op: op.name)
+        recorder = get_collector().add_graph(report, framework="tensorflow",
+                                             framework_version=tf.__version__)
+        entry.recorder = recorder
+        if not analysis.clustering.clusters:
+            return entry
+        try:
+            mode = self._mode()
+        except Exception as exc:
+            for c in analysis.clustering.clusters:
+                recorder.cluster_failed(c.id, ReasonCode.COMPILE_ERROR, str(exc))
+            warn_once(f"DISC: function {name} runs in TensorFlow: {exc}")
+            return entry
+        launches = self._compile(cf, analysis, recorder, mode == "custom_op")
+        if not launches:
+            return entry
+        try:
+            entry.rebuilt = rebuild_function(
+                cf, launches, mode, numpy_runner=_numpy_runner, keepalive=entry.keepalive)
+        except Exception as exc:
+            for launch in launches:
+                recorder.cluster_failed(launch.cluster_id, ReasonCode.COMPILE_ERROR,
+                                        f"rebuilding the function failed: {exc}")
+            warn_once(f"DISC: function {name} runs in TensorFlow: rebuilding it with DISC "
+                      f"clusters failed ({type(exc).__name__}: {exc})")
+            entry.rebuilt = None
+            return entry
+        entry.launches = launches
+        for launch in launches:
+            _launch_owners[launch.key] = (recorder, launch.cluster_id,
+                                          f"{len(launch.lowered.members)} ops of {name}")
+        return entry
+
+    def _compile(self, cf: Any, analysis: Analysis, recorder: Any, native: bool
+                 ) -> list[Launch]:
+        readers: dict[str, set[tf.Operation]] = {}
+        for op in analysis.order:
+            for t in op.inputs:
+                readers.setdefault(t.name, set()).add(op)
+        outputs = {t.name for t in cf.outputs}
+        compiler = get_compiler(self._config.target)
+        launches: list[Launch] = []
+        for cluster in analysis.clustering.clusters:
+            members = list(cluster.nodes)
+            member_set = set(members)
+            outside = {t.name: t.name in outputs or any(r not in member_set
+                                                        for r in readers.get(t.name, ()))
+                       for op in members for t in op.outputs}
+            what = f"a cluster of {len(members)} ops"
+            try:
+                low = lower_cluster(analysis, members, outside, "disc_cluster")
+            except Exception as exc:
+                _fail(recorder, cluster.id, what, ReasonCode.COMPILE_ERROR,
+                      f"lowering failed: {type(exc).__name__}: {exc}")
+                continue
+            if not low.graph.outputs:  # it only forwards its inputs: nothing to run
+                recorder.cluster_failed(cluster.id, ReasonCode.COMPILE_ERROR,
+                                        "nothing to compute (the cluster only forwards "
+                                        "its inputs)")
+                continue
+            try:
+                exe, source, seconds = compile_cluster(compiler, low, native)
+            except Exception as exc:
+                _fail(recorder, cluster.id, what, ReasonCode.COMPILE_ERROR,
+                      f"{type(exc).__name__}: {exc}")
+                continue
+            native_meta = exe.artifact.metadata.get("native") or {}
+            recorder.cluster_compiled(
+                cluster.id, seconds=seconds, cache_hit=source != "miss",
+                kernels=len(native_meta.get("kernels", [])) if native_meta else None,
+                fusions=sum(native_meta.get("fusion", {}).values()) if native_meta else None)
+            fed = {t.name for t in low.inputs}
+            extra: list[tf.Tensor] = []
+            seen: set[str] = set(fed)
+            for op in members:
+                for t in op.inputs:
+                    if t.op not in member_set and t.name not in seen:
+                        seen.add(t.name)
+                        extra.append(t)
+            key = f"{low.key}-{id(cf)}-{cluster.id}"
+            launches.append(Launch(cluster.id, low, exe, key, extra))
+        return launches
+
+
+def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: str) -> None:
+    recorder.cluster_failed(cluster_id, code, detail)
+    warn_once(f"DISC: {what} runs in TensorFlow ({code.value}): {detail}")
+
+
+def poll() -> float:
+    """Turn what the launch ops recorded since the last poll into report entries: runtime
+    failures (with one warning each) and calls. Returns the seconds spent in DISC."""
+    from . import custom_op
+
+    if not custom_op._loaded:  # noqa: SLF001
+        return 0.0
+    lib = _op_library()
+    for key, message in lib.take_failures():
+        owner = _launch_owners.get(key)
+        if owner is not None:
+            _fail(owner[0], owner[1], owner[2], ReasonCode.RUNTIME_ERROR, message)
+    in_disc = 0.0
+    for key, (recorder, cluster_id, _what) in list(_launch_owners.items()):
+        calls, _fallback, secs = lib.stats(key)
+        seen_calls, seen_secs = _seen.get(key, (0, 0.0))
+        if calls == seen_calls:
+            continue
+        _seen[key] = (calls, secs)
+        per_call = (secs - seen_secs) / (calls - seen_calls)
+        for _ in range(calls - seen_calls):
+            recorder.cluster_call(cluster_id, per_call)
+        in_disc += secs - seen_secs
+    return in_disc
+
+
+_seen: dict[str, tuple[int, float]] = {}
+
+
+def _numpy_runner(launch: Launch) -> Callable[..., Any]:
+    """The Python function a numpy_function launch calls: the executable, and on any
+    failure the cluster's original ops (as a TF function) from then on."""
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.eager import wrap_function
+
+    from .rewrite import _fallback_graph_def
+
+    n = len(launch.lowered.inputs)
+    state: dict[str, Any] = {"failed": False, "fallback": None}
+
+    def fallback(arrays: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        if state["fallback"] is None:
+            members = graph_pb2.GraphDef()
+            members.node.extend(op.node_def for op in launch.lowered.members)
+            sub, feeds, outs = _fallback_graph_def(members, launch)
+            state["fallback"] = wrap_function.function_from_graph_def(sub, feeds, outs)
+        res = state["fallback"](*[tf.constant(a) for a in arrays])
+        return [np.asarray(r) for r in res]
+
+    def run(*arrays: np.ndarray) -> list[np.ndarray]:
+        if not state["failed"]:
+            try:
+                return launch.executable.run([np.ascontiguousarray(a) for a in arrays[:n]])
+            except Exception as exc:  # DISC must never break the user's program
+                state["failed"] = True
+                owner = _launch_owners.get(launch.key)
+                if owner is not None:
+                    _fail(owner[0], owner[1], owner[2], ReasonCode.RUNTIME_ERROR,
+                          f"{type(exc).__name__}: {exc}")
+        return fallback(arrays)
+
+    return run
+
+
+# -- public entry points -----------------------------------------------------------------
+
+def function(func: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """``tf.function`` with DISC: ``@disc_tf.function`` or ``@disc_tf.function(...)``.
+
+    Keyword arguments are ``tf.function``'s (``input_signature``, ``reduce_retracing``,
+    ``jit_compile``, ...) and :class:`~disc_tf.config.DiscConfig` fields
+    (``min_cluster_size``, ``excluded_ops``, ``execution``, ...).
+    """
+    disc_fields = set(DiscConfig.__dataclass_fields__)
+    disc_opts = {k: v for k, v in options.items() if k in disc_fields}
+    tf_opts = {k: v for k, v in options.items() if k not in disc_fields}
+    config = DiscConfig.resolve(disc_opts)
+
+    def wrap(fn: Callable[..., Any]) -> DiscFunction:
+        return DiscFunction(fn, config, **tf_opts)
+
+    return wrap(func) if func is not None else wrap
+
+
+def enable(**options: Any) -> None:
+    """Route every ``tf.function`` created from now on through DISC (Keras's train, test and
+    predict functions included). Options are :class:`~disc_tf.config.DiscConfig` fields."""
+    global _enabled
+    config = DiscConfig.resolve(options)
+    _enabled = config
+
+    def patched(func: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+        if _enabled is None:
+            return _ORIGINAL_FUNCTION(func, **kwargs) if func is not None \
+                else _ORIGINAL_FUNCTION(**kwargs)
+
+        def wrap(fn: Callable[..., Any]) -> DiscFunction:
+            return DiscFunction(fn, _enabled, from_enable=True, **kwargs)
+
+        return wrap(func) if func is not None else wrap
+
+    patched.__doc__ = _ORIGINAL_FUNCTION.__doc__
+    tf.function = patched
+
+
+def disable() -> None:
+    """Undo :func:`enable`: new tf.functions are plain again, and functions created while
+    enabled run as plain tf.functions from now on."""
+    global _enabled
+    _enabled = None
+    tf.function = _ORIGINAL_FUNCTION
+
+
+def is_enabled() -> bool:
+    return _enabled is not None
+

@@ -1,0 +1,98 @@
+"""One object for every disc-tf option; environment variables override the defaults.
+
+Precedence (lowest to highest): the dataclass defaults, ``DISC_*`` environment variables,
+and the keyword arguments given to :func:`disc_tf.enable` or :func:`disc_tf.function`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DiscConfig", "ENV_VARS"]
+
+#: option name -> environment variable that overrides its default
+ENV_VARS = {
+    "min_cluster_size": "DISC_MIN_CLUSTER_SIZE",
+    "excluded_ops": "DISC_EXCLUDE_OPS",
+    "report_path": "DISC_REPORT",
+    "target": "DISC_TARGET",
+    "execution": "DISC_TF_EXECUTION",
+}
+
+EXECUTIONS = ("auto", "custom_op", "numpy_function")
+
+
+@dataclass(frozen=True)
+class DiscConfig:
+    """Options of the disc-tf bridge.
+
+    Attributes:
+        min_cluster_size: clusters with fewer TF ops stay in TensorFlow (a launch costs a
+            few microseconds; one or two cheap ops are not worth it).
+        excluded_ops: TF op types (``"MatMul"``) never compiled.
+        report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        target: "auto" (native code when a C compiler exists), "native" or "reference".
+        execution: how a cluster runs inside TensorFlow: "custom_op" (the DiscLaunch
+            kernel: zero-copy inputs, outputs from TF's allocator), "numpy_function" (a
+            ``tf.numpy_function`` calling the runtime from Python; works with any engine),
+            or "auto" (the custom op when it builds and the target is native).
+        override_xla: functions declared ``jit_compile=True`` (Keras does this by default
+            when a model supports XLA) go through DISC instead of XLA while enabled.
+    """
+
+    min_cluster_size: int = 2
+    excluded_ops: frozenset[str] = field(default_factory=frozenset)
+    report_path: str | None = None
+    target: str = "auto"
+    execution: str = "auto"
+    override_xla: bool = True
+
+    def __post_init__(self) -> None:
+        ops = self.excluded_ops
+        ops = _split(ops) if isinstance(ops, str) else ops
+        object.__setattr__(self, "excluded_ops", frozenset(ops))
+        if isinstance(self.min_cluster_size, bool) or not isinstance(self.min_cluster_size, int) \
+                or self.min_cluster_size < 1:
+            raise ValueError(f"min_cluster_size must be an int >= 1, got {self.min_cluster_size!r}")
+        if self.target not in ("auto", "native", "reference"):
+            raise ValueError(f"target must be 'auto', 'native' or 'reference', got {self.target!r}")
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, got "
+                             f"{self.execution!r}")
+
+    @classmethod
+    def resolve(cls, options: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> DiscConfig:
+        """Defaults, then environment overrides, then ``options``."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, var in ENV_VARS.items():
+            raw = environ.get(var)
+            if raw:
+                values[name] = _parse_env(name, var, raw)
+        known = {f.name for f in dataclasses.fields(cls)}
+        for name, value in (options or {}).items():
+            if name not in known:
+                raise TypeError(f"unknown disc-tf option {name!r}; options are "
+                                f"{', '.join(sorted(known))}")
+            values[name] = value
+        return cls(**values)
+
+
+def _split(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _parse_env(name: str, var: str, raw: str) -> Any:
+    if name == "min_cluster_size":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{var}={raw!r}: expected an integer >= 1") from None
+    if name == "excluded_ops":
+        return frozenset(_split(raw))
+    return raw

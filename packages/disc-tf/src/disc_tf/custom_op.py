@@ -1,0 +1,145 @@
+"""Build, cache and load the DiscLaunch TensorFlow custom op (``native/disc_launch.cc``).
+
+The op library is compiled once per (TensorFlow version, source, runtime ABI) with the
+system C++ compiler and TensorFlow's own ``tf.sysconfig`` compile and link flags, then kept
+under the DISC cache directory (``$DISC_CACHE_DIR/tf_ops/<key>/``). Publication is atomic
+(build in a private temporary directory, then rename), so concurrent processes never load a
+half-written library; clearing the cache makes the next process rebuild it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from disc_runtime.cache import default_cache_dir
+from disc_runtime.native import ABI_TYPES, ABI_VERSION
+
+__all__ = ["CustomOpUnavailable", "OpLibrary", "build_count", "library_dir", "load_library"]
+
+SOURCE = Path(__file__).parent / "native" / "disc_launch.cc"
+LIB_NAME = "disc_tf_ops.so"
+
+
+class CustomOpUnavailable(RuntimeError):
+    """The custom op cannot be built or loaded here (no C++ compiler, build error)."""
+
+
+@dataclass
+class OpLibrary:
+    """The loaded op library: the op wrapper module and the library's C helpers."""
+
+    path: Path
+    module: Any  # what tf.load_op_library returned
+    cdll: ctypes.CDLL
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """The (cluster key, message) runtime failures recorded since the last call."""
+        size = 4096
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            need = self.cdll.disc_tf_take_failures(buf, ctypes.c_int64(size))
+            if need < size:
+                text = buf.value.decode(errors="replace")
+                return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
+            size = need + 1
+
+    def stats(self, key: str) -> tuple[int, int, float]:
+        """(calls run by DISC, calls run by the fallback subgraph, seconds in DISC)."""
+        calls, fallback, secs = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_double()
+        self.cdll.disc_tf_stats(key.encode(), ctypes.byref(calls), ctypes.byref(fallback),
+                                ctypes.byref(secs))
+        return calls.value, fallback.value, secs.value
+
+    def inject_failures(self, n: int) -> None:
+        """Test hook: the next ``n`` module runs fail as if the module reported an error."""
+        self.cdll.disc_tf_inject_failures(ctypes.c_int64(n))
+
+
+_lock = threading.Lock()
+_loaded: dict[Path, OpLibrary] = {}
+_builds = 0
+
+
+def build_count() -> int:
+    """How many times this process compiled the op library (0 when the cache had it)."""
+    return _builds
+
+
+def _key() -> str:
+    h = hashlib.sha256()
+    h.update(tf.__version__.encode())
+    h.update(SOURCE.read_bytes())
+    h.update(ABI_TYPES.encode())
+    h.update(str(ABI_VERSION).encode())
+    h.update(" ".join(tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()).encode())
+    return f"tf{tf.__version__}-{h.hexdigest()[:16]}"
+
+
+def library_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where this TensorFlow's op library lives (built or not)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / "tf_ops" / _key()
+
+
+def _compiler() -> str:
+    for cand in (os.environ.get("DISC_CXX"), os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)  # type: ignore[return-value]
+    raise CustomOpUnavailable("no C++ compiler found (set CXX or install g++): the DiscLaunch "
+                              "custom op cannot be built")
+
+
+def _build(target: Path) -> None:
+    global _builds
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        (tmp / "disc_abi.h").write_text("#pragma once\n#include <stdint.h>\n" + ABI_TYPES)
+        out = tmp / LIB_NAME
+        cmd = [_compiler(), "-std=c++17", "-shared", "-fPIC", "-O2", "-w", str(SOURCE),
+               f"-I{tmp}", "-o", str(out), *tf.sysconfig.get_compile_flags(),
+               *tf.sysconfig.get_link_flags()]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CustomOpUnavailable("building the DiscLaunch op failed:\n" +
+                                      proc.stderr[-4000:])
+        final = target.parent / f".{target.name}.{os.getpid()}"
+        os.replace(out, final)
+        os.replace(final, target)  # atomic: readers see the old file or the whole new one
+        _builds += 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
+    """The op library, built first when the cache lacks it. Raises CustomOpUnavailable."""
+    target = library_dir(cache_dir) / LIB_NAME
+    with _lock:
+        lib = _loaded.get(target)
+        if lib is not None and target.exists():
+            return lib
+        if not target.exists():
+            _build(target)
+        module = tf.load_op_library(str(target))
+        cdll = ctypes.CDLL(str(target))
+        cdll.disc_tf_take_failures.restype = ctypes.c_int64
+        cdll.disc_tf_stats.restype = ctypes.c_int64
+        from disc_runtime import native
+
+        sgemm, dgemm, local = native._find_blas()
+        cdll.disc_tf_set_blas(ctypes.c_void_p(sgemm or None), ctypes.c_void_p(dgemm or None),
+                              ctypes.c_void_p(local or None))
+        lib = OpLibrary(target, module, cdll)
+        _loaded[target] = lib
+        return lib

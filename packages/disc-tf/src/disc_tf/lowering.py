@@ -1,0 +1,294 @@
+"""Lower TensorFlow ops to DISC core primitives.
+
+A :class:`Lowering` maps TF tensors (by name, ``"op:0"``) to core values and hands the
+converters (:mod:`disc_tf.converters`) what they need: operand values, attributes, and the
+*known value* of small integer tensors. TensorFlow graphs compute shapes at run time
+(``Shape -> StridedSlice -> Pack -> Reshape``); DISC needs them as symbolic dims at compile
+time. So ops on shapes are folded as they are lowered: ``Shape(x)`` is known to be
+``[s0, 16]``, a ``StridedSlice`` of it ``s0``, a ``Pack`` ``[s0, -1]``. A converter that
+needs a shape asks for the known value; a tensor whose value is only needed as data is
+materialized (``get_dimension_size`` of the input that binds each symbol) when read.
+
+The same class serves two purposes: the whole-graph pass that gives every op its verdict
+(every op in context, with known values flowing through unsupported neighbours' outputs
+as fresh inputs) and the lowering of one cluster to the core graph that gets compiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from disc_core.builder import GraphBuilder
+from disc_core.dtypes import DType
+from disc_core.ir import Value
+from disc_core.opdef import unify_dims
+from disc_core.symbolic import Expr, as_expr
+
+__all__ = ["ConversionError", "Lowering", "TF_DTYPES", "core_dtype", "tf_dtype"]
+
+TF_DTYPES: dict[tf.DType, DType] = {
+    tf.bool: DType.BOOL, tf.int8: DType.I8, tf.int16: DType.I16, tf.int32: DType.I32,
+    tf.int64: DType.I64, tf.uint8: DType.U8, tf.float32: DType.F32, tf.float64: DType.F64,
+}
+_BACK = {v: k for k, v in TF_DTYPES.items()}
+
+
+class ConversionError(ValueError):
+    """A converter met something it cannot express; the op stays in TensorFlow."""
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code  # a disc_core.report.ReasonCode value, when more precise
+
+
+def core_dtype(dtype: tf.DType) -> DType:
+    try:
+        return TF_DTYPES[tf.as_dtype(dtype)]
+    except KeyError:
+        raise ConversionError(f"dtype {tf.as_dtype(dtype).name} has no DISC equivalent",
+                              code="unsupported_dtype") from None
+
+
+def tf_dtype(dtype: DType) -> tf.DType:
+    return _BACK[dtype]
+
+
+def _is_int_like(x: Any) -> bool:
+    return isinstance(x, (int, np.integer, Expr))
+
+
+class Lowering:
+    """One core graph under construction; values and known values keyed by tensor name."""
+
+    def __init__(self, name: str, fresh_symbol: Callable[[str, int], Expr] | None = None):
+        self.b = GraphBuilder(name)
+        self.values: dict[str, Value] = {}
+        self.known_values: dict[str, np.ndarray] = {}
+        self._fresh = fresh_symbol or self._default_fresh
+        self._counter = 0
+
+    def _default_fresh(self, tensor: str, axis: int) -> Expr:
+        self._counter += 1
+        return Expr.sym(f"d{self._counter}")
+
+    # -- inputs ---------------------------------------------------------------------------
+    def add_input(self, name: str, dtype: DType, shape: Sequence[Expr | int],
+                  known: np.ndarray | None = None) -> Value:
+        v = self.b.input(f"in{len(self.b.graph.inputs)}", dtype, shape)
+        self.values[name] = v
+        if known is not None:
+            self.known_values[name] = known
+        return v
+
+    def add_tf_input(self, t: tf.Tensor) -> Value:
+        """A tensor produced outside: its static TF shape, a fresh symbol per unknown dim."""
+        if t.shape.rank is None:
+            raise ConversionError(f"{t.name} has an unknown rank", code="dynamic_rank")
+        dims = [Expr.const(d) if d is not None else self._fresh(t.name, i)
+                for i, d in enumerate(t.shape.as_list())]
+        return self.add_input(t.name, core_dtype(t.dtype), dims)
+
+    # -- reading operands -----------------------------------------------------------------
+    def has(self, t: tf.Tensor) -> bool:
+        return t.name in self.values or t.name in self.known_values
+
+    def value(self, t: tf.Tensor | str) -> Value:
+        name = t if isinstance(t, str) else t.name
+        v = self.values.get(name)
+        if v is not None:
+            return v
+        k = self.known_values.get(name)
+        if k is None:
+            raise ConversionError(f"{name} is not available inside the cluster")
+        dtype = core_dtype(t.dtype) if not isinstance(t, str) else None
+        v = self.materialize(k, dtype or DType.I64)
+        self.values[name] = v
+        return v
+
+    def known(self, t: tf.Tensor) -> np.ndarray | None:
+        """The value of ``t`` when known at compile time: numbers, or ``Expr`` sizes in an
+        object array (``Shape`` of a dynamic tensor)."""
+        return self.known_values.get(t.name)
+
+    def known_ints(self, t: tf.Tensor, what: str) -> list[Any]:
+        """A 1-D (or scalar) integer tensor's known value as a list of int/Expr."""
+        k = self.known(t)
+        if k is None:
+            raise ConversionError(f"{what} ({t.name}) is computed at run time from tensor "
+                                  "data", code="data_dependent_shape")
+        flat = [e.value if isinstance(e, Expr) and e.is_const else e for e in k.reshape(-1)]
+        if not all(_is_int_like(e) for e in flat):
+            raise ConversionError(f"{what} must be integers, got {k!r}")
+        return [int(e) if not isinstance(e, Expr) else e for e in flat]
+
+    def static_ints(self, t: tf.Tensor, what: str) -> list[int]:
+        """Like :meth:`known_ints`, but every element must be a plain integer."""
+        out = self.known_ints(t, what)
+        if any(isinstance(e, Expr) for e in out):
+            raise ConversionError(f"{what} ({t.name}) depends on dynamic sizes: {out}",
+                                  code="data_dependent_shape")
+        return out
+
+    def dims(self, t: tf.Tensor, what: str = "a shape") -> list[Expr]:
+        """A known shape vector as dims (``-1`` entries stay -1, as plain Exprs)."""
+        return [as_expr(e) for e in self.known_ints(t, what)]
+
+    # -- building -------------------------------------------------------------------------
+    def op(self, name: str, *operands: Value, **attrs: Any) -> Any:
+        return self.b.op(name, *operands, **attrs)
+
+    def const(self, value: Any, dtype: DType) -> Value:
+        return self.b.constant(np.asarray(value, dtype=dtype.np), dtype)
+
+    def cast(self, v: Value, dtype: DType) -> Value:
+        return self.b.cast(v, dtype)
+
+    def reshape(self, v: Value, shape: Sequence[Expr | int]) -> Value:
+        return self.b.reshape_to(v, shape)
+
+    def full(self, value: Any, dtype: DType, shape: Sequence[Expr | int]) -> Value:
+        return self.broadcast_to(self.const(value, dtype), shape)
+
+    def broadcast_to(self, v: Value, shape: Sequence[Expr | int]) -> Value:
+        """numpy broadcasting to ``shape``. A symbolic operand dim that differs from the
+        target dim is taken as equal to it (checked at run time by the module; a failed
+        check falls the cluster back to TensorFlow), never as an implicit 1."""
+        dims = tuple(as_expr(d) for d in shape)
+        if tuple(v.shape) == dims:
+            return v
+        offset = len(dims) - v.rank
+        if offset < 0:
+            raise ConversionError(f"cannot broadcast rank {v.rank} to rank {len(dims)}")
+        kept: list[int] = []
+        kept_dims: list[Expr] = []
+        for i, d in enumerate(v.shape):
+            target = dims[offset + i]
+            if _one_like(d) and not (target.is_const and target.value == 1) and d != target:
+                continue  # a static 1 (or min(1, n), what x[:1] leaves) stretches
+            if d != target and not (_plain(d) and _plain(target)):
+                raise ConversionError(f"cannot tell whether dim {d} broadcasts to {target}")
+            if unify_dims(d, target) is None:
+                raise ConversionError(f"cannot broadcast dim {d} to {target}")
+            kept.append(offset + i)
+            kept_dims.append(d)
+        if len(kept) == len(dims):
+            # same rank, only assumed-equal symbolic dims differ: no data movement needed
+            return v
+        v = self.reshape(v, kept_dims)
+        return self.op("broadcast_in_dim", v, shape=list(dims), broadcast_dimensions=kept)
+
+    @staticmethod
+    def broadcast_shape(*shapes: Sequence[Expr]) -> tuple[Expr, ...]:
+        """numpy's result shape; two different symbolic dims are assumed equal (see
+        :meth:`broadcast_to`), a static 1 stretches."""
+        rank = max(len(s) for s in shapes)
+        out: list[Expr] = []
+        for k in range(rank):
+            dim: Expr | None = None
+            for s in shapes:
+                i = k - (rank - len(s))
+                if i < 0:
+                    continue
+                d = as_expr(s[i])
+                if dim is None or (_one_like(dim) and not _one_like(d)):
+                    dim = d
+                elif _one_like(d) or d == dim:
+                    continue
+                else:
+                    u = unify_dims(dim, d)
+                    if u is not None and not (_plain(dim) and _plain(d)):
+                        u = None  # e.g. min(1, s0) against s0: may really broadcast
+                    if u is None:
+                        raise ConversionError(f"shapes {[list(map(str, x)) for x in shapes]} "
+                                              "do not broadcast")
+                    dim = u
+            out.append(dim if dim is not None else Expr.const(1))
+        return tuple(out)
+
+    def broadcast_all(self, *vs: Value) -> list[Value]:
+        shape = self.broadcast_shape(*[v.shape for v in vs])
+        return [self.broadcast_to(v, shape) for v in vs]
+
+    # -- sizes as values ------------------------------------------------------------------
+    def size_value(self, e: Expr | int, dtype: DType) -> Value:
+        """A (symbolic) size as a rank-0 value, read from the dims of the graph's inputs."""
+        e = as_expr(e)
+        if e.is_const:
+            return self.const(e.value, dtype)
+        total: Value | None = None
+        for mono, coeff in e.terms:
+            term: Value = self.const(coeff, DType.I64)
+            for atom in mono:
+                term = self.op("mul", term, self._atom_value(atom))
+            total = term if total is None else self.op("add", total, term)
+        assert total is not None
+        return self.cast(total, dtype)
+
+    def _atom_value(self, atom: Any) -> Value:
+        fn = getattr(atom, "fn", None)
+        if fn is None:
+            name = atom.name
+            for v in self.b.graph.inputs:
+                for axis, d in enumerate(v.shape):
+                    if d.is_symbol and d.symbol_name == name:
+                        return self.b.dim_size(v, axis)
+            raise ConversionError(f"size {name} is not a dim of any input of the cluster")
+        args = [self.size_value(a, DType.I64) for a in atom.args]
+        if fn in ("min", "max"):
+            out = args[0]
+            for a in args[1:]:
+                out = self.op(fn, out, a)
+            return out
+        a, b = args
+        if fn == "ceildiv":  # sizes are non-negative: ceil(a / b) = (a + b - 1) / b
+            return self.op("div", self.op("add", a, self.op("sub", b, self.const(1, DType.I64))),
+                           b)
+        q = self.op("div", a, b)
+        return q if fn == "floordiv" else self.op("sub", a, self.op("mul", q, b))
+
+    def materialize(self, known: np.ndarray, dtype: DType) -> Value:
+        """A known value (numbers or Expr sizes) as a core value of ``dtype``."""
+        if known.dtype != object:
+            return self.const(known, dtype)
+        flat = known.reshape(-1)
+        if all(not isinstance(e, Expr) or e.is_const for e in flat):
+            nums = np.array([e.value if isinstance(e, Expr) else e for e in flat])
+            return self.const(nums.reshape(known.shape), dtype)
+        parts = [self.reshape(self.size_value(e, dtype), [1]) for e in flat]
+        v = parts[0] if len(parts) == 1 else self.op("concatenate", *parts, dimension=0)
+        return self.reshape(v, list(known.shape))
+
+
+def _one_like(d: Expr) -> bool:
+    """A static 1, or ``min(1, n)`` (a ``[:1]`` slice of a dynamic dim): broadcasts."""
+    if d.is_const:
+        return d.value == 1
+    text = str(d)
+    if not text.startswith("min(1, ") or not text.endswith(")"):
+        return False
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(text) - 1 and i >= 3:
+            return False  # the first call closes before the end: a larger expression
+    return True
+
+
+def _plain(d: Expr) -> bool:
+    """A dim that may be assumed equal to another plain one: a constant or a symbol."""
+    return d.is_const or d.is_symbol
+
+
+def known_array(values: Sequence[Any]) -> np.ndarray:
+    """An object array of sizes (Expr, constants folded to int) for a known shape vector."""
+    out = np.empty(len(values), dtype=object)
+    for i, e in enumerate(values):
+        if isinstance(e, Expr) and e.is_const:
+            e = e.value
+        out[i] = int(e) if isinstance(e, (int, np.integer)) else e
+    return out

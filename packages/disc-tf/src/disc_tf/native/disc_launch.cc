@@ -1,0 +1,309 @@
+// DiscLaunch: runs one DISC-compiled cluster inside TensorFlow's executor.
+//
+// The kernel dlopens the cluster's compiled module (an artifact's native/module.so), hands
+// it the input tensors' buffers as they are (zero copy) and allocates every output with
+// TensorFlow's allocator when the module asks for it (the disc_env alloc callback), so the
+// results are ordinary TensorFlow tensors written in place by the generated code.
+//
+// Any failure (the module does not load, a dim check fails, the allocator fails) makes this
+// kernel run the cluster's original TensorFlow subgraph instead, the function named by the
+// `fallback` attr, now and on every later call; the failure is queued for the Python side
+// (disc_tf_take_failures), which warns once and records it in the coverage report.
+//
+// disc_abi.h is generated at build time from disc_runtime.native.ABI_TYPES, the one
+// definition of the C contract between modules and their callers.
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "disc_abi.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::FunctionLibraryRuntime;
+using tensorflow::NameAttrList;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+typedef int64_t (*disc_run_fn)(void *const *, const int64_t *, int64_t, const disc_env *,
+                               char *, int64_t);
+typedef int64_t (*disc_abi_fn)(void);
+
+// Process-wide state shared with Python through the extern "C" functions below.
+std::mutex g_mu;
+std::string g_failures;                  // "key\tmessage\n" records not yet taken
+std::atomic<int64_t> g_inject{0};        // test hook: fail this many next runs
+void *g_sgemm = nullptr, *g_dgemm = nullptr, *g_blas_local = nullptr;
+struct Stats {
+  int64_t calls = 0, fallback_calls = 0;
+  double seconds = 0.0;
+};
+std::unordered_map<std::string, Stats> g_stats;
+char g_nonnull[1];  // the address handed out for zero-size buffers
+
+void RecordFailure(const std::string &key, const std::string &message) {
+  std::string clean = message;
+  for (char &ch : clean) {
+    if (ch == '\n' || ch == '\t') ch = ' ';
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_failures += key + "\t" + clean + "\n";
+}
+
+struct AllocState {
+  OpKernelContext *ctx;
+  std::string error;
+};
+
+void *Allocate(void *opaque, int64_t index, int64_t rank, const int64_t *shape) {
+  auto *state = static_cast<AllocState *>(opaque);
+  TensorShape ts;
+  for (int64_t i = 0; i < rank; ++i) {
+    auto s = ts.AddDimWithStatus(shape[i]);
+    if (!s.ok()) {
+      state->error = std::string(s.message());
+      return nullptr;
+    }
+  }
+  Tensor *out = nullptr;
+  auto s = state->ctx->allocate_output(static_cast<int>(index), ts, &out);
+  if (!s.ok()) {
+    state->error = "allocating output " + std::to_string(index) + ": " + std::string(s.message());
+    return nullptr;
+  }
+  if (out->NumElements() == 0) return g_nonnull;
+  return const_cast<char *>(out->tensor_data().data());
+}
+
+class DiscLaunchOp : public AsyncOpKernel {
+ public:
+  explicit DiscLaunchOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("module_path", &path_));
+    OP_REQUIRES_OK(c, c->GetAttr("cluster_key", &key_));
+    OP_REQUIRES_OK(c, c->GetAttr("fallback", &fallback_));
+    OP_REQUIRES_OK(c, c->GetAttr("num_module_inputs", &num_module_inputs_));
+    int64_t abi = 0;
+    OP_REQUIRES_OK(c, c->GetAttr("abi_version", &abi));
+    if (path_.empty()) {
+      load_error_ = "no compiled module";
+      return;
+    }
+    handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) {
+      const char *e = dlerror();
+      load_error_ = std::string("cannot load ") + path_ + ": " + (e ? e : "unknown error");
+      return;
+    }
+    auto version = reinterpret_cast<disc_abi_fn>(dlsym(handle_, "disc_abi_version"));
+    run_ = reinterpret_cast<disc_run_fn>(dlsym(handle_, "disc_run"));
+    if (version == nullptr || run_ == nullptr) {
+      load_error_ = path_ + " is not a DISC module (no disc_run / disc_abi_version)";
+      run_ = nullptr;
+    } else if (version() != abi) {
+      load_error_ = "module ABI " + std::to_string(version()) + ", expected " +
+                    std::to_string(abi);
+      run_ = nullptr;
+    }
+  }
+
+  ~DiscLaunchOp() override {
+    // modules stay loaded: another kernel instance may share the handle (dlopen refcounts)
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    if (!failed_.load(std::memory_order_acquire)) {
+      std::string error;
+      if (run_ == nullptr) {
+        error = load_error_;
+      } else {
+        auto start = std::chrono::steady_clock::now();
+        if (RunModule(ctx, &error)) {
+          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                            .count();
+          std::lock_guard<std::mutex> lock(g_mu);
+          Stats &st = g_stats[key_];
+          st.calls += 1;
+          st.seconds += secs;
+          done();
+          return;
+        }
+      }
+      if (!failed_.exchange(true)) RecordFailure(key_, error);
+    }
+    RunFallback(ctx, std::move(done));
+  }
+
+ private:
+  bool RunModule(OpKernelContext *ctx, std::string *error) {
+    if (g_inject.load() > 0 && g_inject.fetch_sub(1) > 0) {
+      *error = "injected runtime failure (test hook)";
+      return false;
+    }
+    const int n = static_cast<int>(num_module_inputs_);
+    if (n > ctx->num_inputs()) {
+      *error = "num_module_inputs exceeds the op's inputs";
+      return false;
+    }
+    std::vector<void *> data(n);
+    std::vector<int64_t> dims;
+    for (int i = 0; i < n; ++i) {
+      const Tensor &t = ctx->input(i);
+      data[i] = t.NumElements() == 0 ? static_cast<void *>(g_nonnull)
+                                     : const_cast<char *>(t.tensor_data().data());
+      for (int d = 0; d < t.dims(); ++d) dims.push_back(t.dim_size(d));
+    }
+    AllocState state{ctx, ""};
+    disc_env env;
+    std::memset(&env, 0, sizeof(env));
+    env.alloc = &Allocate;
+    env.alloc_ctx = &state;
+    env.sgemm = g_sgemm;
+    env.dgemm = g_dgemm;
+    env.counters = nullptr;
+    env.blas_threads_local = reinterpret_cast<int (*)(int)>(g_blas_local);
+    char err[512] = {0};
+    int64_t rc = run_(data.data(), dims.data(), n, &env, err, sizeof(err));
+    if (!state.error.empty()) {
+      *error = state.error;
+      return false;
+    }
+    if (rc != 0) {
+      *error = err[0] ? std::string(err) : "disc_run returned " + std::to_string(rc);
+      return false;
+    }
+    return true;
+  }
+
+  void RunFallback(OpKernelContext *ctx, DoneCallback done) {
+    FunctionLibraryRuntime *lib = ctx->function_library();
+    OP_REQUIRES_ASYNC(ctx, lib != nullptr,
+                      tensorflow::errors::Internal("DiscLaunch: no function library"), done);
+    FunctionLibraryRuntime::Handle handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = handles_.find(lib);
+      if (it == handles_.end()) {
+        auto s = lib->Instantiate(fallback_.name(), tensorflow::AttrSlice(&fallback_.attr()),
+                                  &handle);
+        OP_REQUIRES_OK_ASYNC(ctx, s, done);
+        handles_[lib] = handle;
+      } else {
+        handle = it->second;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_stats[key_].fallback_calls += 1;
+    }
+    std::vector<Tensor> args;
+    args.reserve(ctx->num_inputs());
+    for (int i = 0; i < ctx->num_inputs(); ++i) args.push_back(ctx->input(i));
+    auto *rets = new std::vector<Tensor>();
+    FunctionLibraryRuntime::Options opts;
+    opts.rendezvous = ctx->rendezvous();
+    opts.cancellation_manager = ctx->cancellation_manager();
+    opts.collective_executor = ctx->collective_executor();
+    opts.step_container = ctx->step_container();
+    opts.runner = ctx->runner();
+    lib->Run(opts, handle, args, rets, [ctx, rets, done](const absl::Status &s) {
+      if (!s.ok()) {
+        ctx->SetStatus(s);
+      } else {
+        for (size_t i = 0; i < rets->size(); ++i) ctx->set_output(static_cast<int>(i), (*rets)[i]);
+      }
+      delete rets;
+      done();
+    });
+  }
+
+  std::string path_, key_, load_error_;
+  int64_t num_module_inputs_ = 0;
+  NameAttrList fallback_;
+  void *handle_ = nullptr;
+  disc_run_fn run_ = nullptr;
+  std::atomic<bool> failed_{false};
+  std::mutex mu_;
+  std::unordered_map<FunctionLibraryRuntime *, FunctionLibraryRuntime::Handle> handles_;
+};
+
+}  // namespace
+
+REGISTER_OP("DiscLaunch")
+    .Input("args: Tin")
+    .Output("results: Tout")
+    .Attr("Tin: list(type) >= 0")
+    .Attr("Tout: list(type) >= 0")
+    .Attr("output_shapes: list(shape) >= 0")
+    .Attr("module_path: string")
+    .Attr("abi_version: int")
+    .Attr("cluster_key: string")
+    .Attr("fallback: func")
+    .Attr("num_module_inputs: int >= 0")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
+      std::vector<tensorflow::PartialTensorShape> shapes;
+      TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        tensorflow::shape_inference::ShapeHandle h;
+        TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[i], &h));
+        c->set_output(static_cast<int>(i), h);
+      }
+      return absl::OkStatus();
+    })
+    .Doc("Runs a DISC-compiled cluster; on any failure, its original subgraph `fallback`.");
+
+REGISTER_KERNEL_BUILDER(Name("DiscLaunch").Device(tensorflow::DEVICE_CPU), DiscLaunchOp);
+
+extern "C" {
+
+// The BLAS entry points modules call (found by disc_runtime in numpy's OpenBLAS).
+void disc_tf_set_blas(void *sgemm, void *dgemm, void *threads_local) {
+  g_sgemm = sgemm;
+  g_dgemm = dgemm;
+  g_blas_local = threads_local;
+}
+
+// Copies the queued failure records ("key\tmessage\n"...) into buf and clears the queue;
+// returns the length needed (call again with a larger buffer when it exceeds len).
+int64_t disc_tf_take_failures(char *buf, int64_t len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  int64_t need = static_cast<int64_t>(g_failures.size());
+  if (need < len) {
+    std::memcpy(buf, g_failures.data(), g_failures.size());
+    buf[need] = 0;
+    g_failures.clear();
+  }
+  return need;
+}
+
+// Calls, fallback calls and seconds in DISC of one cluster key so far.
+int64_t disc_tf_stats(const char *key, int64_t *calls, int64_t *fallback_calls,
+                      double *seconds) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_stats.find(key);
+  if (it == g_stats.end()) return 0;
+  *calls = it->second.calls;
+  *fallback_calls = it->second.fallback_calls;
+  *seconds = it->second.seconds;
+  return 1;
+}
+
+// Test hook: the next n module runs fail as if the module had reported an error.
+void disc_tf_inject_failures(int64_t n) { g_inject.store(n); }
+
+}  // extern "C"

@@ -1,0 +1,350 @@
+"""From a traced concrete function to clusters of supported ops, each lowered and compiled.
+
+Steps, all on the function's graph:
+
+1. **Verdicts in context.** One pass over every op in topological order lowers what the
+   converter table supports into a single scratch core graph (:class:`Lowering`), so known
+   values (shapes) and symbolic dims flow exactly as they will inside clusters; an op the
+   table refuses gets a reason and its outputs re-enter as fresh inputs (a symbol per
+   unknown dim).
+2. **Clustering** with the shared core algorithm and TF's rules: nothing that reads or
+   writes a resource, no stateful op, no control flow or function call, no cluster across
+   devices, no cycles (control edges count), at least ``min_cluster_size`` ops.
+3. **Lowering and compiling** each cluster on its own: inputs typed with the symbolic dims
+   of step 1, constants and known shapes inlined, outputs the values read outside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from disc_core.clustering import ClusteringResult, Support, find_clusters
+from disc_core.ir import Graph, Value
+from disc_core.report import ReasonCode
+from disc_core.symbolic import Expr
+
+from .converters import Known, lookup
+from .lowering import TF_DTYPES, ConversionError, Lowering, core_dtype
+
+__all__ = ["Analysis", "LoweredCluster", "analyze", "lower_cluster"]
+
+#: ops that are not computation: never clustered, not in the report
+NOT_COMPUTE = {"Placeholder", "Const", "NoOp"}
+CONTROL_FLOW = {"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase",
+                "PartitionedCall", "StatefulPartitionedCall", "For", "RemoteCall",
+                "Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond"}
+
+_symbol_ids = itertools.count()
+
+
+def topo_order(ops: Iterable[tf.Operation]) -> list[tf.Operation]:
+    """Ops in a topological order of data and control edges (creation order breaks ties)."""
+    ops = list(ops)
+    pos = {op: i for i, op in enumerate(ops)}
+    indeg = {op: 0 for op in ops}
+    users: dict[tf.Operation, list[tf.Operation]] = {op: [] for op in ops}
+    for op in ops:
+        preds = {t.op for t in op.inputs} | set(op.control_inputs)
+        for p in preds:
+            if p in pos:
+                indeg[op] += 1
+                users[p].append(op)
+    import heapq
+
+    ready = [(pos[op], op.name) for op in ops if indeg[op] == 0]
+    heapq.heapify(ready)
+    by_name = {op.name: op for op in ops}
+    out: list[tf.Operation] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        op = by_name[name]
+        out.append(op)
+        for u in users[op]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, (pos[u], u.name))
+    if len(out) != len(ops):
+        raise ValueError("the function graph has a cycle")
+    return out
+
+
+@dataclass
+class Analysis:
+    """Step 1 and 2's results for one function graph."""
+
+    order: list[tf.Operation]
+    verdicts: dict[tf.Operation, Support]
+    types: dict[str, Value]  # tensor name -> its value in the scratch graph (type source)
+    known: dict[str, np.ndarray]
+    clustering: ClusteringResult
+    nodes: list[tf.Operation]  # what was clustered and is reported
+
+
+def _fresh(tensor: str, axis: int) -> Expr:
+    return Expr.sym(f"s{next(_symbol_ids)}")
+
+
+def _uses_resource(op: tf.Operation) -> bool:
+    return any(t.dtype in (tf.resource, tf.variant) for t in list(op.inputs) + list(op.outputs))
+
+
+def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
+    """Reasons known before any lowering; None when the op deserves a conversion attempt."""
+    if op.type in excluded:
+        return Support(False, f"{op.type} excluded by the user", code=ReasonCode.EXCLUDED_BY_USER)
+    if op.type in CONTROL_FLOW:
+        return Support(False, f"{op.type} is control flow or a function call (stays with "
+                       "TensorFlow)", code=ReasonCode.NO_CONVERTER)
+    if _uses_resource(op):
+        return Support(False, f"{op.type} reads or writes a resource or variant",
+                       code=ReasonCode.NO_CONVERTER)
+    if op.op_def is not None and op.op_def.is_stateful:
+        return Support(False, f"{op.type} is stateful (random numbers, I/O, side effects)",
+                       code=ReasonCode.NO_CONVERTER)
+    conv = lookup(op.type)
+    if conv is None:
+        return Support(False, f"no DISC converter for {op.type}", code=ReasonCode.NO_CONVERTER)
+    for t in list(op.inputs) + list(op.outputs):
+        if t.dtype not in TF_DTYPES:
+            return Support(False, f"{op.type} on {t.dtype.name}",
+                           code=ReasonCode.UNSUPPORTED_DTYPE)
+    try:
+        key_dtype = op.get_attr("T")
+    except (ValueError, TypeError):
+        key_dtype = op.inputs[0].dtype if op.inputs else op.outputs[0].dtype \
+            if op.outputs else None
+    if isinstance(key_dtype, tf.DType) and key_dtype not in conv.dtypes:
+        return Support(False, f"{op.type} on {key_dtype.name} (the converter takes "
+                       f"{', '.join(sorted(d.name for d in conv.dtypes))})",
+                       code=ReasonCode.UNSUPPORTED_DTYPE)
+    return None
+
+
+def convert_op(ctx: Lowering, op: tf.Operation) -> None:
+    """Run ``op``'s converter in ``ctx`` and record its outputs (values or known values).
+    Raises ConversionError (or a core VerifyError) when it cannot."""
+    from .converters.shapes import fold_integer_op
+
+    folded = fold_integer_op(ctx, op)
+    if folded is not None:
+        results: Any = [folded]
+    else:
+        conv = lookup(op.type)
+        if conv is None:
+            raise ConversionError(f"no converter for {op.type}", code="no_converter")
+        results = conv.fn(ctx, op)
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    if len(results) != len(op.outputs):
+        raise ConversionError(f"{op.type}: converter gave {len(results)} results for "
+                              f"{len(op.outputs)} outputs")
+    for t, r in zip(op.outputs, results):
+        if isinstance(r, Known):
+            want = t.shape
+            if want.rank is not None and want.rank != r.value.ndim:
+                raise ConversionError(f"{op.type}: folded a rank-{r.value.ndim} value for a "
+                                      f"rank-{want.rank} output")
+            ctx.known_values[t.name] = r.value
+            continue
+        _check_result(op, t, r)
+        ctx.values[t.name] = r
+
+
+def _check_result(op: tf.Operation, t: tf.Tensor, v: Value) -> None:
+    """A converter's result must agree with TensorFlow's static shape and dtype."""
+    if v.dtype != core_dtype(t.dtype):
+        raise ConversionError(f"{op.type}: converter produced {v.dtype}, TF says "
+                              f"{t.dtype.name}")
+    if t.shape.rank is None:
+        return
+    if t.shape.rank != v.rank:
+        raise ConversionError(f"{op.type}: converter produced rank {v.rank}, TF says "
+                              f"{t.shape.rank}")
+    for d, want in zip(v.shape, t.shape.as_list()):
+        if want is not None and d.is_const and d.value != want:
+            raise ConversionError(f"{op.type}: converter produced dims "
+                                  f"{[str(x) for x in v.shape]}, TF says {t.shape}")
+
+
+def _ensure_inputs(ctx: Lowering, op: tf.Operation) -> None:
+    for t in op.inputs:
+        if not ctx.has(t):
+            ctx.add_tf_input(t)
+
+
+def analyze(graph: tf.Graph, *, min_cluster_size: int,
+            excluded_ops: frozenset[str] = frozenset(),
+            outputs: Iterable[str] = ()) -> Analysis:
+    """Verdicts for every op (in context) and the clustering. ``outputs``: the tensors the
+    function returns; ops nothing reads (dead code TF prunes itself) are left alone."""
+    order = topo_order(graph.get_operations())
+    read = set(outputs)
+    ordered_before: set[tf.Operation] = set()
+    for op in order:
+        read.update(t.name for t in op.inputs)
+        ordered_before.update(op.control_inputs)
+    dead = {op for op in order if op.outputs and op not in ordered_before and
+            not any(t.name in read for t in op.outputs) and not op.op_def.is_stateful}
+    ctx = Lowering("scratch", _fresh)
+    verdicts: dict[tf.Operation, Support] = {}
+    for op in order:
+        pre = _pre_verdict(op, excluded_ops) if op.type not in ("Const",) else None
+        if op.type in ("Placeholder", "NoOp"):
+            pre = Support(False, "not computation", code=ReasonCode.NO_CONVERTER)
+        if pre is not None:
+            verdicts[op] = pre
+            continue
+        try:
+            _ensure_inputs(ctx, op)
+            convert_op(ctx, op)
+            verdicts[op] = Support.yes()
+        except Exception as exc:  # any converter limit: this op stays in TensorFlow
+            code = getattr(exc, "code", None) or ReasonCode.UNSUPPORTED_ATTRIBUTE
+            verdicts[op] = Support(False, f"{op.type}: {exc}", code=ReasonCode(code))
+    never = [op for op in order if op.type in NOT_COMPUTE or op in dead]
+    edges = [(p, op) for op in order
+             for p in {t.op for t in op.inputs} | set(op.control_inputs)]
+    clustering = find_clusters(order, edges, verdicts, min_cluster_size=min_cluster_size,
+                               never_cluster=never, group_key=lambda op: op.device)
+    nodes = [op for op in order if op.type not in NOT_COMPUTE and op not in dead]
+    return Analysis(order, verdicts, ctx.values, ctx.known_values, clustering, nodes)
+
+
+@dataclass
+class LoweredCluster:
+    """A cluster as a core graph plus how it connects to the TF graph.
+
+    ``inputs``: TF tensors fed to the graph's inputs, in order. ``outputs``: the member
+    tensors read outside the cluster; ``output_index[i]`` is the graph output that gives
+    ``outputs[i]``, or None when that tensor is one of the inputs passed through
+    (``passthrough[i]`` names it).
+    """
+
+    graph: Graph
+    members: list[tf.Operation]
+    inputs: list[tf.Tensor]
+    outputs: list[tf.Tensor]
+    output_index: list[int | None]
+    passthrough: dict[int, tf.Tensor] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(str(self.graph).encode()).hexdigest()[:16]
+
+
+def _symbols_of(dims: Iterable[Expr]) -> set[str]:
+    out: set[str] = set()
+    for d in dims:
+        out |= d.free_symbols()
+    return out
+
+
+def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_readers:
+                  dict[str, bool], name: str) -> LoweredCluster:
+    """The core graph of one cluster. ``outside_readers[tensor]`` says whether a tensor is
+    read outside the cluster (by another op or as a function output)."""
+    member_set = set(members)
+    external: list[tf.Tensor] = []
+    seen: set[str] = set()
+    for op in members:
+        for t in op.inputs:
+            if t.op not in member_set and t.name not in seen:
+                seen.add(t.name)
+                external.append(t)
+    # inputs bind symbols with their plain-symbol dims; a dim that is an expression of
+    # symbols no input binds becomes a fresh symbol (its relation to others is lost, never
+    # wrong)
+    fed = [t for t in external if not _static_known(analysis, t)]
+    fed_names = {t.name for t in fed}
+    bound: set[str] = set()
+    for t in fed:
+        bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
+    ctx = Lowering(name)
+    for t in external:
+        k = analysis.known.get(t.name)
+        if t.name in fed_names:
+            continue
+        ctx.known_values[t.name] = k  # constants, static shapes
+    # symbols renamed s0, s1, ... in order of appearance: equal clusters of different
+    # functions (or processes) print the same graph and share one compilation
+    rename: dict[str, Expr] = {}
+
+    def canon(e: Expr) -> Expr:
+        for name in sorted(e.free_symbols()):
+            rename.setdefault(name, Expr.sym(f"s{len(rename)}"))
+        return e.subs(rename) if e.free_symbols() else e
+
+    inputs: list[tf.Tensor] = []
+    for t in fed:
+        v = analysis.types[t.name]
+        k = analysis.known.get(t.name)
+        if k is not None and k.dtype == object and \
+                _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr)) <= bound:
+            continue  # a shape computed outside, in terms of the inputs' dims: below
+        dims = [d if d.is_const or d.is_symbol or d.free_symbols() <= bound
+                else Expr.sym(f"u{next(_symbol_ids)}") for d in v.shape]
+        ctx.add_input(t.name, v.dtype, [canon(d) for d in dims])
+        inputs.append(t)
+    for t in fed:
+        k = analysis.known.get(t.name)
+        if t.name not in ctx.values and k is not None:
+            ctx.known_values[t.name] = np.vectorize(
+                lambda e: canon(e) if isinstance(e, Expr) else e, otypes=[object])(k)
+    for op in members:
+        convert_op(ctx, op)
+    input_values = {id(ctx.values[t.name]): t for t in inputs}
+    outputs: list[tf.Tensor] = []
+    index: list[int | None] = []
+    passthrough: dict[int, tf.Tensor] = {}
+    graph_outputs: list[Value] = []
+    for op in members:
+        for t in op.outputs:
+            if not outside_readers.get(t.name):
+                continue
+            v = ctx.value(t)
+            outputs.append(t)
+            if id(v) in input_values:
+                passthrough[len(outputs) - 1] = input_values[id(v)]
+                index.append(None)
+                continue
+            if any(v is g for g in graph_outputs):
+                index.append(next(i for i, g in enumerate(graph_outputs) if g is v))
+                continue
+            graph_outputs.append(v)
+            index.append(len(graph_outputs) - 1)
+    graph = ctx.b.graph
+    graph.outputs = graph_outputs
+    graph.verify()
+    return LoweredCluster(graph, members, inputs, outputs, index, passthrough)
+
+
+def _static_known(analysis: Analysis, t: tf.Tensor) -> bool:
+    """A tensor whose value is a compile-time constant (inlined, not fed)."""
+    k = analysis.known.get(t.name)
+    if k is None:
+        return False
+    if k.dtype != object:
+        return True
+    return all(not isinstance(e, Expr) or e.is_const for e in k.reshape(-1))
+
+
+def compile_cluster(compiler: Any, low: LoweredCluster, need_native: bool
+                    ) -> tuple[Any, str, float]:
+    """(executable, cache source, seconds). Raises when the cluster cannot be compiled, or
+    compiles only for the interpreter while native code is required."""
+    start = time.perf_counter()
+    exe, source = compiler.compile_traced(low.graph)
+    if need_native and exe.artifact.metadata.get("native") is None:
+        raise RuntimeError("no native code: " + str(exe.artifact.metadata.get(
+            "native_fallback", "unknown reason")))
+    return exe, source, time.perf_counter() - start
+
+

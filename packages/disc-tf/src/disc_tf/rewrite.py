@@ -1,0 +1,209 @@
+"""Replace each compiled cluster of a function's GraphDef by one launch op and rebuild the
+function from the rewritten GraphDef with its captures (variables) intact.
+
+A launch is either the ``DiscLaunch`` custom op (:mod:`disc_tf.custom_op`), which carries
+the cluster's original ops as a fallback function, or a ``tf.numpy_function`` that calls the
+disc-runtime executable from Python and runs the original ops when DISC fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+from tensorflow.python.eager import wrap_function
+
+from disc_runtime.native import ABI_VERSION, MODULE_FILE
+
+from .partition import LoweredCluster
+
+__all__ = ["Launch", "rebuild_function"]
+
+_launch_ids = itertools.count()
+
+
+def gd_name(tensor_name: str) -> str:
+    """``op:0`` -> ``op`` (GraphDef's spelling), ``op:1`` stays."""
+    op, idx = tensor_name.rsplit(":", 1)
+    return op if idx == "0" else tensor_name
+
+
+@dataclass
+class Launch:
+    """One cluster to replace: what it reads, what it produces, how it runs."""
+
+    cluster_id: int
+    lowered: LoweredCluster
+    executable: Any
+    key: str
+    extra_inputs: list[tf.Tensor]  # read by the fallback only (constants, known shapes)
+
+    @property
+    def all_inputs(self) -> list[tf.Tensor]:
+        return self.lowered.inputs + self.extra_inputs
+
+    def output_tensors(self) -> list[tf.Tensor]:
+        """The TF tensor each distinct graph output stands for."""
+        out: list[tf.Tensor | None] = [None] * len(self.lowered.graph.outputs)
+        for t, j in zip(self.lowered.outputs, self.lowered.output_index):
+            if j is not None and out[j] is None:
+                out[j] = t
+        return out  # type: ignore[return-value]
+
+
+def _fallback_graph_def(graph_def: graph_pb2.GraphDef, launch: Launch
+                        ) -> tuple[graph_pb2.GraphDef, list[str], list[str]]:
+    """A GraphDef of the cluster's own ops fed by placeholders; (graph, inputs, outputs)."""
+    nodes = {n.name: n for n in graph_def.node}
+    members = {op.name for op in launch.lowered.members}
+    sub = graph_pb2.GraphDef()
+    sub.versions.CopyFrom(graph_def.versions)
+    renames: dict[str, str] = {}
+    feeds: list[str] = []
+    for i, t in enumerate(launch.all_inputs):
+        name = f"disc_arg_{i}"
+        ph = sub.node.add()
+        ph.name, ph.op = name, "Placeholder"
+        ph.attr["dtype"].type = t.dtype.as_datatype_enum
+        ph.attr["shape"].shape.CopyFrom(t.shape.as_proto())
+        renames[gd_name(t.name)] = name
+        feeds.append(f"{name}:0")
+    for op in launch.lowered.members:
+        node = node_def_pb2.NodeDef()
+        node.CopyFrom(nodes[op.name])
+        del node.input[:]
+        for inp in nodes[op.name].input:
+            if inp.startswith("^"):
+                if inp[1:] in members:
+                    node.input.append(inp)
+                continue
+            node.input.append(inp if inp.split(":")[0] in members else renames[inp])
+        sub.node.append(node)
+    outputs = [t.name for t in launch.output_tensors()]
+    return sub, feeds, outputs
+
+
+def _shape_attr(t: tf.Tensor) -> Any:
+    return t.shape.as_proto()
+
+
+def _launch_node(launch: Launch, name: str, fallback_name: str, module_path: str,
+                 control: list[str], device: str) -> node_def_pb2.NodeDef:
+    node = node_def_pb2.NodeDef()
+    node.name, node.op, node.device = name, "DiscLaunch", device
+    node.input.extend(gd_name(t.name) for t in launch.all_inputs)
+    node.input.extend(f"^{c}" for c in control)
+    outs = launch.output_tensors()
+    node.attr["Tin"].list.type.extend(t.dtype.as_datatype_enum for t in launch.all_inputs)
+    node.attr["Tout"].list.type.extend(t.dtype.as_datatype_enum for t in outs)
+    node.attr["output_shapes"].list.shape.extend(_shape_attr(t) for t in outs)
+    node.attr["module_path"].s = module_path.encode()
+    node.attr["abi_version"].i = ABI_VERSION
+    node.attr["cluster_key"].s = launch.key.encode()
+    node.attr["num_module_inputs"].i = len(launch.lowered.inputs)
+    node.attr["fallback"].func.CopyFrom(attr_value_pb2.NameAttrList(name=fallback_name))
+    return node
+
+
+def _numpy_launch_node(launch: Launch, name: str, run: Callable[..., Any],
+                       keepalive: list[Any], control: list[str], device: str
+                       ) -> node_def_pb2.NodeDef:
+    """A ``tf.numpy_function`` node calling ``run``: traced once in a scratch graph (kept
+    alive: TF's py_func registry forgets a function when its graph dies) and copied."""
+    scratch = tf.Graph()
+    with scratch.as_default():
+        phs = [tf.compat.v1.placeholder(t.dtype, t.shape) for t in launch.all_inputs]
+        outs = launch.output_tensors()
+        tf.numpy_function(run, phs, [t.dtype for t in outs], stateful=False, name="launch")
+    keepalive.append(scratch)
+    node = node_def_pb2.NodeDef()
+    node.CopyFrom(scratch.get_operation_by_name("launch").node_def)
+    node.name, node.device = name, device
+    del node.input[:]
+    node.input.extend(gd_name(t.name) for t in launch.all_inputs)
+    node.input.extend(f"^{c}" for c in control)
+    return node
+
+
+def rebuild_function(cf: Any, launches: list[Launch], mode: str,
+                     numpy_runner: Callable[[Launch], Callable[..., Any]] | None = None,
+                     keepalive: list[Any] | None = None) -> Any:
+    """The concrete function ``cf`` with every launch's cluster replaced."""
+    graph_def = cf.graph.as_graph_def()
+    nodes = {n.name: n for n in graph_def.node}
+    remap: dict[str, str] = {}  # GraphDef tensor name -> replacement
+    control_remap: dict[str, str] = {}
+    dropped: set[str] = set()
+    new_nodes: list[node_def_pb2.NodeDef] = []
+    for launch in launches:
+        members = {op.name for op in launch.lowered.members}
+        name = f"disc_launch_{launch.cluster_id}_{next(_launch_ids)}"
+        control: list[str] = []
+        for m in launch.lowered.members:
+            for inp in nodes[m.name].input:
+                if inp.startswith("^") and inp[1:] not in members and inp[1:] not in control:
+                    control.append(inp[1:])
+        device = launch.lowered.members[0].device
+        if mode == "custom_op":
+            sub, feeds, outs = _fallback_graph_def(graph_def, launch)
+            fallback = wrap_function.function_from_graph_def(sub, feeds, outs)
+            fdef = fallback.function_def
+            graph_def.library.function.add().CopyFrom(fdef)
+            for f in fallback.graph.as_graph_def().library.function:
+                if f.signature.name not in {g.signature.name for g in graph_def.library.function}:
+                    graph_def.library.function.add().CopyFrom(f)
+            module = str(launch.executable.artifact.path(MODULE_FILE))
+            node = _launch_node(launch, name, fdef.signature.name, module, control, device)
+        else:
+            assert numpy_runner is not None and keepalive is not None
+            node = _numpy_launch_node(launch, name, numpy_runner(launch), keepalive, control,
+                                      device)
+        new_nodes.append(node)
+        for i, (t, j) in enumerate(zip(launch.lowered.outputs, launch.lowered.output_index)):
+            if j is None:
+                remap[gd_name(t.name)] = gd_name(launch.lowered.passthrough[i].name)
+            else:
+                remap[gd_name(t.name)] = name if j == 0 else f"{name}:{j}"
+        for m in members:
+            control_remap[m] = name
+        dropped |= members
+    # members whose outputs nobody outside reads still order the launch: keep their
+    # control successors waiting on it
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for n in graph_def.node:
+        if n.name in dropped:
+            continue
+        node = node_def_pb2.NodeDef()
+        node.CopyFrom(n)
+        del node.input[:]
+        seen_ctrl: set[str] = set()
+        for inp in n.input:
+            if inp.startswith("^"):
+                target = control_remap.get(inp[1:], inp[1:])
+                if target not in seen_ctrl:
+                    seen_ctrl.add(target)
+                    node.input.append("^" + target)
+            else:
+                node.input.append(remap.get(inp, remap.get(inp + ":0", inp)
+                                            if inp.endswith(":0") else inp))
+        out.node.append(node)
+    out.node.extend(new_nodes)
+    captures = {internal.name.split(":")[0]: external
+                for external, internal in cf.graph.captures}
+    outputs = [_tensor_name(remap.get(gd_name(t.name), gd_name(t.name))) for t in cf.outputs]
+    new = wrap_function.function_from_graph_def(out, [t.name for t in cf.inputs], outputs,
+                                                captures)
+    new._function_type = cf.function_type  # noqa: SLF001  (as TF-TRT's converter does)
+    new.graph.structured_input_signature = cf.structured_input_signature
+    return new
+
+
+def _tensor_name(gd: str) -> str:
+    return gd if ":" in gd else f"{gd}:0"
+

@@ -1,0 +1,69 @@
+"""Parity helpers: run a function through DISC and through TF eager, compare."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+import disc_tf
+
+TOL = {tf.float32: (1e-5, 1e-6), tf.float64: (1e-12, 1e-13)}
+
+
+def assert_same(got: Any, want: Any) -> None:
+    got_l, want_l = tf.nest.flatten(got), tf.nest.flatten(want)
+    assert len(got_l) == len(want_l)
+    for g, w in zip(got_l, want_l):
+        g, w = tf.convert_to_tensor(g), tf.convert_to_tensor(w)
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        assert tuple(g.shape) == tuple(w.shape), (g.shape, w.shape)
+        if w.dtype.is_floating:
+            rtol, atol = TOL[w.dtype]
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=rtol, atol=atol)
+        else:
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def check_parity(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *,
+                 compiled_ops: Sequence[str] = (), min_cluster_size: int = 1,
+                 input_signature: Sequence[tf.TensorSpec] | None = None) -> Any:
+    """Run ``fn`` through DISC on every input set (one rank/dtype signature, many shapes)
+    and compare with TF eager; the ops in ``compiled_ops`` must have been compiled, and the
+    whole stream must cost exactly one compilation."""
+    f = disc_tf.function(fn, min_cluster_size=min_cluster_size, input_signature=input_signature)
+    before = disc_tf.compile_count()
+    for inputs in input_sets:
+        assert_same(f(*inputs), fn(*inputs))
+    assert f.uses_disc(), "nothing ran through DISC"
+    graph = f.coverage()
+    status = {n.op: n.status.value for n in graph.nodes}
+    for op in compiled_ops:
+        assert op in status, f"{op} not in the traced graph ({sorted(status)})"
+        bad = [(n.name, n.detail) for n in graph.nodes if n.op == op and
+               n.status.value != "compiled"]
+        assert not bad, f"{op} not compiled: {bad}"
+    # one compilation (or cache lookup) per cluster for the whole stream of shapes, and
+    # every call of every cluster ran compiled code
+    assert graph.clusters
+    forwarding = {n.name for n in graph.nodes if n.detail and "nothing to compute" in n.detail}
+    for c in graph.clusters:
+        if set(c.nodes) <= forwarding:
+            continue  # a cluster that only forwards inputs (Identity) launches nothing
+        assert c.cache_misses + c.cache_hits == 1, c
+        assert c.calls == len(input_sets), c
+    assert disc_tf.compile_count() - before <= len(graph.clusters)
+    return f
+
+
+def rand(shape: Sequence[int], dtype: tf.DType = tf.float32, seed: int = 0,
+         low: float = -2.0, high: float = 2.0) -> tf.Tensor:
+    rng = np.random.default_rng(seed + sum(shape) * 31 + len(shape))
+    if dtype.is_floating:
+        return tf.constant(rng.uniform(low, high, shape).astype(dtype.as_numpy_dtype))
+    if dtype == tf.bool:
+        return tf.constant(rng.integers(0, 2, shape).astype(bool))
+    return tf.constant(rng.integers(int(low) - 3, int(high) + 4, shape).astype(
+        dtype.as_numpy_dtype))
