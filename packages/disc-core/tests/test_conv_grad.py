@@ -195,14 +195,20 @@ def test_convolution_with_batch_groups_and_symbolic_kernel(compiler) -> None:
     assert exe.artifact.metadata["native"]["fusion"]["librarycall"] == 2
 
 
-def test_static_filter_gradient_iterates_over_the_smaller_extent(compiler) -> None:
-    """With every size static, the lowering slices per result position (9 taps of the
-    weight) rather than per "kernel" position (the 20 x 20 output gradient)."""
-    g = grad_graph(2, 3, 4, 3, [1, 1], [[1, 1], [1, 1]], [1, 1], 1, symbolic=False,
-                   static_hw=(20, 20))
-    g.outputs = g.outputs[1:]
-    exe = check(compiler, g, [RNG.standard_normal((2, 3, 20, 20)).astype(np.float32),
-                              RNG.standard_normal((4, 3, 3, 3)).astype(np.float32),
-                              RNG.standard_normal((2, 4, 20, 20)).astype(np.float32)])
-    slices = sum(k["ops"].count("slice") for k in exe.artifact.metadata["native"]["kernels"])
-    assert slices <= 9 + 1
+def test_patch_matrix_is_one_gather_for_symbolic_kernel_and_result(compiler) -> None:
+    """Kernel and result extents both symbolic: the patch matrix is one gather whose
+    indices are iota arithmetic (no per-tap slices and no concatenation to copy)."""
+    b = GraphBuilder("symk")
+    N, W, K = b.symbol("N"), b.symbol("W"), b.symbol("K")
+    x = b.input("x", "f32", [N, 3, W])
+    w = b.input("w", "f32", [4, 3, K])
+    y = b.convolution(x, w, window_strides=[2], padding=[[1, 1]], lhs_dilation=[1],
+                      rhs_dilation=[2], input_layout="NCW", kernel_layout="OIW",
+                      output_layout="NCW")
+    g = b.build(y)
+    for n, wd, k in [(2, 9, 3), (1, 1, 1), (3, 20, 5), (0, 6, 2)]:
+        exe = check(compiler, g, [RNG.standard_normal((n, 3, wd)).astype(np.float32),
+                                  RNG.standard_normal((4, 3, k)).astype(np.float32)])
+    ops = [k["ops"] for k in exe.artifact.metadata["native"]["kernels"]]
+    assert sum("gather" in o for o in ops) == 1, ops
+    assert not any("concatenate" in o or "slice" in o for o in ops), ops  # groups: slices

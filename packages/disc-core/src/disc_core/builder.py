@@ -197,9 +197,9 @@ class GraphBuilder:
         ``x`` with its batch and feature roles swapped is the input, ``dy`` (batch as input
         features) the kernel, dilated by the forward stride, and the window steps by the
         forward dilation; feature groups become batch groups. Its result spatial size is
-        the kernel's (static in practice) while its "kernel" size is the symbolic output
-        size; the native engine lowers that shape by iterating over the result positions.
-        The input is cut to the extent the forward windows cover,
+        the kernel's while its "kernel" size is the symbolic output size; the native
+        lowering's gathered patch matrix takes either extent symbolic. The input is cut
+        to the extent the forward windows cover,
         ``(out - 1) * stride + (k - 1) * dilation + 1`` per spatial dim, so the result size
         is exactly ``k``; a cut that depends on the run-time size goes into an explicit
         ``pad`` (symbolic edges) instead of the constant ``padding``.

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from ..ir import Graph, Op, Value
@@ -99,28 +97,20 @@ def _fold_operand_transposes(op: Op) -> Op | None:
 
 
 def lower_convolutions(graph: Graph) -> None:
-    """convolution -> im2col + one GEMM per group.
+    """convolution -> im2col (one gather) + one GEMM per group.
 
-    The input goes to [N, spatial..., C] (transpose, then padding: low/high zeros and, for
-    ``lhs_dilation``, interior zeros, all folded into the reads of the next kernel), the
-    kernel to [spatial..., I, O]. Two schedules, both one BLAS call per group:
-
-    * constant kernel size (forward convolutions, input gradients): each kernel tap is a
-      strided slice of the input, [N, out..., C]; the taps are concatenated along the
-      channels into the patch matrix [N, out..., taps*C] (one fused kernel writes it) and
-      contracted with the weights viewed as [taps*I, O], so K is taps*C rather than C:
-      per-tap GEMMs with K = 3 or 16 (the first layers of a CNN) run BLAS far below its
-      peak.
-    * symbolic kernel size but constant result size (filter gradients: the "kernel" is the
-      output gradient, the result is the weight shape): the roles swap, each *result*
-      position is a strided slice of the input over the whole kernel extent, [N, K..., C];
-      the positions are stacked along the batch into [positions*N, K...*C] and contracted
-      with the kernel viewed as [K...*I, O] in one GEMM whose K dimension is the large
-      batch*output-positions extent.
-
-    Feature groups run group by group over channel slices, batch groups over batch slices;
-    the group results are concatenated along the features and transposed to the output
-    layout.
+    The input goes to [N, spatial..., C] (padding first: low/high zeros and, for
+    ``lhs_dilation``, interior zeros; then the transpose, one kernel writes both), viewed
+    as [N, P, C] with P the flattened padded positions. The patch matrix
+    [N, out..., taps..., C] is one gather along P whose indices are iota arithmetic
+    (``sum_j (o_j * stride_j + t_j * dilation_j) * row_stride_j``, fused into the gather's
+    loop), so it is written once, whatever the sizes: the output extent and the kernel
+    extent may both be symbolic (a filter gradient's "kernel" is the output gradient).
+    Per group, the patches [N*out, taps*C] are contracted with the kernel viewed as
+    [taps*I, O] by one BLAS call, so K is taps*C rather than C (per-tap GEMMs with K = 3
+    or 16, the first layers of a CNN, run BLAS far below its peak). Feature groups take
+    channel slices, batch groups batch slices; the group results are concatenated along
+    the features and transposed to the output layout.
     """
     from .fusion import NativeUnsupported
 
@@ -133,13 +123,9 @@ def lower_convolutions(graph: Graph) -> None:
         res = op.results[0]
         il, kl, ol = a["input_layout"], a["kernel_layout"], a["output_layout"]
         sp = [ch for ch in il if ch not in "NC"]
+        ns = len(sp)
         ksizes = [rhs.shape[kl.index(s)] for s in sp]
         outs = [res.shape[ol.index(s)] for s in sp]
-        by_pos = all(o.is_const for o in outs)
-        by_tap = all(k.is_const for k in ksizes) and not (
-            by_pos and product(outs).value < product(ksizes).value)  # fewer slices wins
-        if not by_tap and not by_pos:
-            raise NativeUnsupported("convolution with symbolic kernel and result sizes")
         x = lhs
         # pad first: a pad's operand is materialized, so padding a transpose would cost a pass
         if any(v for pair in a["padding"] for v in pair) or any(d != 1 for d in a["lhs_dilation"]):
@@ -151,9 +137,33 @@ def lower_convolutions(graph: Graph) -> None:
             x = emit("pad", x, zero, low=low, high=high, interior=interior)
         x = emit("transpose", x, permutation=[il.index("N"), *[il.index(s) for s in sp],
                                                il.index("C")])
+        n, c, padded = x.shape[0], x.shape[-1], list(x.shape[1:-1])
+        flat = emit("reshape", x, shape=[n, product(padded), c])
+        # the flat padded position each (output position, kernel tap) reads
+        ishape = [*outs, *ksizes]
+        i64 = np.dtype(np.int64)
+
+        def splat(v: Value) -> Value:
+            return emit("broadcast_in_dim", v, shape=ishape, broadcast_dimensions=[])
+
+        def const(k: int) -> Value:
+            return splat(emit("constant", value=np.array(k, i64)))
+
+        idx = None
+        row_stride: Value | None = None  # product of the padded dims after dim j
+        for j in reversed(range(ns)):
+            pos = emit("add", emit("mul", emit("iota", shape=ishape, dimension=j, dtype="i64"),
+                                   const(a["window_strides"][j])),
+                       emit("mul", emit("iota", shape=ishape, dimension=ns + j, dtype="i64"),
+                            const(a["rhs_dilation"][j])))
+            term = pos if row_stride is None else emit("mul", pos, row_stride)
+            idx = term if idx is None else emit("add", idx, term)
+            size = (const(padded[j].value) if padded[j].is_const else
+                    splat(emit("get_dimension_size", x, dimension=1 + j)))
+            row_stride = size if row_stride is None else emit("mul", row_stride, size)
+        patches = emit("gather", flat, idx, axis=1)  # [N, out..., taps..., C]
         w = emit("transpose", rhs, permutation=[*[kl.index(s) for s in sp], kl.index("I"),
                                                  kl.index("O")])
-        n, c = x.shape[0], x.shape[-1]
         i_feat, o_feat = w.shape[-2], w.shape[-1]
         fgc, bgc = a["feature_group_count"], a["batch_group_count"]
         groups = fgc * bgc  # at most one exceeds 1
@@ -163,47 +173,25 @@ def lower_convolutions(graph: Graph) -> None:
             raise NativeUnsupported("grouped convolution with symbolic feature counts")
         og = o_feat // groups
         nb = n // bgc
-        strides, rdil = a["window_strides"], a["rhs_dilation"]
+        taps = product(ksizes)
         parts = []
         for g in range(groups):
-            # the rows (batch) and channels of the input this group reads
             b0, b1 = (g * nb, (g + 1) * nb) if bgc > 1 else (0, n)
             c0, c1 = (g * i_feat, (g + 1) * i_feat) if fgc > 1 else (0, c)
-            ws = emit("slice", w, start=[0] * (w.rank - 1) + [g * og],
-                      limit=[*w.shape[:-1], (g + 1) * og], stride=[1] * w.rank)
-            if by_tap:
-                cols = []
-                for tap in itertools.product(*[range(k.value) for k in ksizes]):
-                    starts = [t * d for t, d in zip(tap, rdil)]
-                    cols.append(emit(
-                        "slice", x, start=[b0, *starts, c0],
-                        limit=[b1, *[s0 + (o - 1) * st + 1
-                                     for s0, o, st in zip(starts, outs, strides)], c1],
-                        stride=[1, *strides, 1]))
-                patches = cols[0] if len(cols) == 1 else emit("concatenate", *cols,
-                                                              dimension=x.rank - 1)
-                ws = emit("reshape", ws, shape=[product(ksizes) * i_feat, og])
-                parts.append(emit("dot_general", patches, ws, lhs_batch=[], rhs_batch=[],
-                                  lhs_contract=[patches.rank - 1], rhs_contract=[0]))
-                continue
-            rows = []
-            for pos in itertools.product(*[range(o.value) for o in outs]):
-                starts = [p * st for p, st in zip(pos, strides)]
-                rows.append(emit(
-                    "slice", x, start=[b0, *starts, c0],
-                    limit=[b1, *[s0 + (k - 1) * d + 1 for s0, k, d in zip(starts, ksizes, rdil)],
-                           c1],
-                    stride=[1, *rdil, 1]))
-            stacked = rows[0] if len(rows) == 1 else emit("concatenate", *rows, dimension=0)
-            positions = len(rows)
-            patches = emit("reshape", stacked, shape=[positions * (b1 - b0),
-                                                      product(ksizes) * (c1 - c0)])
-            ws = emit("reshape", ws, shape=[product(ksizes) * i_feat, og])
-            y = emit("dot_general", patches, ws, lhs_batch=[], rhs_batch=[],
-                     lhs_contract=[1], rhs_contract=[0])
-            parts.append(emit("reshape", y, shape=[*outs, b1 - b0, og]))
+            pg = patches
+            if groups > 1:
+                pg = emit("slice", patches, start=[b0, *[0] * (2 * ns), c0],
+                          limit=[b1, *ishape, c1], stride=[1] * patches.rank)
+            pg = emit("reshape", pg, shape=[(b1 - b0) * product(outs), taps * (c1 - c0)])
+            ws = w if groups == 1 else emit("slice", w, start=[0] * (w.rank - 1) + [g * og],
+                                            limit=[*w.shape[:-1], (g + 1) * og],
+                                            stride=[1] * w.rank)
+            ws = emit("reshape", ws, shape=[taps * i_feat, og])
+            y = emit("dot_general", pg, ws, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                     rhs_contract=[0])
+            parts.append(emit("reshape", y, shape=[b1 - b0, *outs, og]))
         y = parts[0] if groups == 1 else emit("concatenate", *parts, dimension=lhs.rank - 1)
-        src = ["N", *sp, "C"] if by_tap else [*sp, "N", "C"]
+        src = ["N", *sp, "C"]
         y = emit("transpose", y, permutation=[src.index(ch) for ch in ol])
         if y.type != res.type:
             raise NativeUnsupported(f"convolution lowering produced {y.type}, expected "
