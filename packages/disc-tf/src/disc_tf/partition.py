@@ -266,7 +266,8 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
     fed_names = {t.name for t in fed}
     bound: set[str] = set()
     for t in fed:
-        bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
+        if t.name in analysis.types:
+            bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
     ctx = Lowering(name)
     for t in external:
         k = analysis.known.get(t.name)
@@ -284,11 +285,19 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
 
     inputs: list[tf.Tensor] = []
     for t in fed:
-        v = analysis.types[t.name]
+        v = analysis.types.get(t.name)
         k = analysis.known.get(t.name)
         if k is not None and k.dtype == object and \
                 _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr)) <= bound:
             continue  # a shape computed outside, in terms of the inputs' dims: below
+        if v is None:  # a known shape whose sizes no input binds: fed as data
+            if t.shape.rank is None:
+                raise ConversionError(f"{t.name} has an unknown rank")
+            ctx.add_input(t.name, core_dtype(t.dtype),
+                          [Expr.const(d) if d is not None else
+                           canon(Expr.sym(f"u{next(_symbol_ids)}")) for d in t.shape.as_list()])
+            inputs.append(t)
+            continue
         dims = [d if d.is_const or d.is_symbol or d.free_symbols() <= bound
                 else Expr.sym(f"u{next(_symbol_ids)}") for d in v.shape]
         ctx.add_input(t.name, v.dtype, [canon(d) for d in dims])

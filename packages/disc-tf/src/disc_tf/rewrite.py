@@ -75,6 +75,7 @@ def _fallback_graph_def(graph_def: graph_pb2.GraphDef, launch: Launch
     for op in launch.lowered.members:
         node = node_def_pb2.NodeDef()
         node.CopyFrom(nodes[op.name])
+        _drop_colocation(node)
         del node.input[:]
         for inp in nodes[op.name].input:
             if inp.startswith("^"):
@@ -181,6 +182,7 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
             continue
         node = node_def_pb2.NodeDef()
         node.CopyFrom(n)
+        _drop_colocation(node)
         del node.input[:]
         seen_ctrl: set[str] = set()
         for inp in n.input:
@@ -193,6 +195,14 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
                 node.input.append(remap.get(inp, remap.get(inp + ":0", inp)
                                             if inp.endswith(":0") else inp))
         out.node.append(node)
+    for node in new_nodes:  # a launch may read another launch's results
+        inputs = list(node.input)
+        del node.input[:]
+        for inp in inputs:
+            if inp.startswith("^"):
+                node.input.append("^" + control_remap.get(inp[1:], inp[1:]))
+            else:
+                node.input.append(remap.get(inp, inp))
     out.node.extend(new_nodes)
     captures = {internal.name.split(":")[0]: external
                 for external, internal in cf.graph.captures}
@@ -202,6 +212,13 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
     new._function_type = cf.function_type  # noqa: SLF001  (as TF-TRT's converter does)
     new.graph.structured_input_signature = cf.structured_input_signature
     return new
+
+
+def _drop_colocation(node: node_def_pb2.NodeDef) -> None:
+    """Colocation hints (``_class: loc:@op``) may name ops a cluster replaced; everything
+    here runs on one CPU device, so they carry nothing."""
+    if "_class" in node.attr:
+        del node.attr["_class"]
 
 
 def _tensor_name(gd: str) -> str:

@@ -1,0 +1,49 @@
+"""The DiscLaunch op library: built once per TensorFlow version, cached, rebuilt when the
+cache is cleared."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+from disc_tf import custom_op
+
+SCRIPT = textwrap.dedent("""
+    import tensorflow as tf
+    import disc_tf
+    from disc_tf import custom_op
+    lib = custom_op.load_library()
+    f = disc_tf.function(lambda x: tf.nn.relu(x) * 2.0 + 1.0)
+    out = f(tf.constant([[-1.0, 2.0]]))
+    assert out.numpy().tolist() == [[1.0, 5.0]], out
+    assert f.uses_disc()
+    print("BUILDS", custom_op.build_count(), lib.path)
+""")
+
+
+def _run(cache: str) -> tuple[int, str]:
+    env = dict(os.environ, DISC_CACHE_DIR=cache, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("BUILDS")][0]
+    _, count, path = line.split(" ", 2)
+    return int(count), path
+
+
+def test_library_is_cached_and_rebuilt_after_clearing(tmp_path):
+    cache = str(tmp_path / "cache")
+    builds, path = _run(cache)
+    assert builds == 1 and os.path.exists(path) and path.startswith(cache)
+    assert _run(cache) == (0, path)  # a second process loads the cached library
+    shutil.rmtree(os.path.join(cache, "tf_ops"))
+    assert _run(cache) == (1, path)  # cleared: built again
+
+
+def test_library_key_names_the_tensorflow_version():
+    import tensorflow as tf
+
+    assert custom_op.library_dir("/x").name.startswith(f"tf{tf.__version__}-")

@@ -1,0 +1,108 @@
+"""Whatever DISC cannot do runs in TensorFlow: results stay right, one warning, a report
+entry with the reason."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import tensorflow as tf
+from helpers import assert_same, rand
+
+import disc_tf
+from disc_tf import partition
+from disc_tf.custom_op import load_library
+
+
+def _status(f):
+    return {n.name: (n.status.value, n.reason.value if n.reason else None)
+            for n in f.coverage().nodes}
+
+
+def test_unsupported_op_in_the_middle_splits_the_region():
+    def fn(x):
+        a = tf.nn.relu(x) * 2.0 + 1.0
+        b = tf.math.cumsum(a, axis=1)  # no converter
+        return tf.tanh(b) - b * 0.5
+
+    f = disc_tf.function(fn)
+    for n in (4, 1, 0, 9):
+        assert_same(f(rand([n, 5])), fn(rand([n, 5])))
+    status = _status(f)
+    assert status["Cumsum"] == ("fallback", "no_converter")
+    assert len(f.coverage().clusters) == 2  # before and after the cumsum
+
+
+def test_cond_and_while_loop_stay_in_tensorflow():
+    def fn(x, n):
+        y = tf.nn.relu(x) * 3.0 - 1.0
+        y = tf.cond(tf.reduce_sum(y) > 0, lambda: y * 2.0, lambda: y - 1.0)
+        i, z = tf.while_loop(lambda i, z: i < n, lambda i, z: (i + 1, z * 0.5 + 1.0),
+                             (tf.constant(0), y))
+        return tf.exp(z) + tf.sigmoid(z)
+
+    f = disc_tf.function(fn)
+    for shape, n in (([3, 4], 2), ([1, 4], 0), ([6, 2], 5)):
+        x = rand(shape)
+        assert_same(f(x, tf.constant(n)), fn(x, tf.constant(n)))
+    ops = {n.op: (n.status.value, n.reason.value if n.reason else None)
+           for n in f.coverage().nodes}
+    flow = {k: v for k, v in ops.items() if "If" in k or "While" in k}
+    assert len(flow) == 2, ops
+    assert set(flow.values()) == {("fallback", "no_converter")}
+    assert f.uses_disc()
+
+
+def test_compile_failure_warns_once_and_falls_back(monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected compile failure")
+
+    monkeypatch.setattr(partition, "compile_cluster", boom)
+    import disc_tf.api as api
+
+    monkeypatch.setattr(api, "compile_cluster", boom)
+
+    def fn(x):
+        return tf.nn.softplus(x) * 4.0 - 2.0
+
+    f = disc_tf.function(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 5, 0):
+            assert_same(f(rand([n, 2])), fn(rand([n, 2])))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, disc_tf.DiscFallbackWarning)]
+    assert len(msgs) == 1 and "injected compile failure" in msgs[0]
+    assert not f.uses_disc()
+    assert {v for v in _status(f).values()} == {("fallback", "compile_error")}
+
+
+def test_runtime_failure_runs_the_original_subgraph():
+    def fn(x):
+        return tf.math.log1p(tf.abs(x)) * 3.0 + x
+
+    f = disc_tf.function(fn)
+    lib = load_library()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_same(f(rand([4, 3])), fn(rand([4, 3])))  # compiled, runs in DISC
+        lib.inject_failures(1)
+        for n in (4, 2, 7):  # first fails inside the kernel; all run the fallback
+            assert_same(f(rand([n, 3])), fn(rand([n, 3])))
+    lib.inject_failures(0)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, disc_tf.DiscFallbackWarning)]
+    assert len(msgs) == 1 and "injected runtime failure" in msgs[0]
+    graph = f.coverage()
+    assert graph.clusters[0].calls == 1
+    assert {v for v in _status(f).values()} == {("fallback", "runtime_error")}
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.int32])
+def test_numpy_function_path(dtype):
+    def fn(x):
+        return tf.maximum(x * 2, x - 1) + tf.reduce_sum(x, axis=0)
+
+    f = disc_tf.function(fn, execution="numpy_function")
+    for n in (3, 1, 0, 6):
+        x = rand([n, 4], dtype)
+        assert_same(f(x), fn(x))
+    assert f.uses_disc()
