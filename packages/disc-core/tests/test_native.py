@@ -537,6 +537,55 @@ def test_transpose_also_read_elsewhere_still_folds(compiler) -> None:
         check(compiler, g, [randn(n, 7), randn(n, 3)], rtol=1e-4, atol=1e-4)
 
 
+# -- concatenation along the innermost dim: one inner loop per operand ----------------------
+
+def _concat_of_computed_operands():
+    b = GraphBuilder("cat_inner")
+    N, W = b.symbol("N"), b.symbol("W")
+    x = b.input("x", "f32", [N, 3])
+    y = b.input("y", "f32", [W, N])  # transposed operand
+    z = b.input("z", "f32", [N, 9])
+    parts = [b.exp(x), b.transpose(b.tanh(y), permutation=[1, 0]),
+             b.slice(z, start=[0, 1], limit=[N, 9], stride=[1, 2])]
+    cat = b.concatenate(*parts, dimension=1)
+    return b.build(b.mul(cat, scalar(b, 2.0, cat.shape)))
+
+
+def test_concat_of_computed_operands_is_one_kernel_with_split_inner_loop(compiler) -> None:
+    """dq/dk/dv -> dqkv in attention backward: the operands are transposes and elementwise
+    chains; they are computed in place, each in its own inner loop, not materialized."""
+    g = _concat_of_computed_operands()
+    for n, w in [(4, 5), (1, 1), (7, 0), (0, 3), (33, 17)]:
+        exe = check(compiler, g, [randn(n, 3), randn(w, n), randn(n, 9)])
+    assert kernels(exe) == {"loop": 1}
+    g = _concat_of_computed_operands()
+    default_pipeline().run(g)
+    src = build_native(g).files["native/module.c"].decode()
+    assert src.count("for (int64_t c = ") == 3, src  # one inner loop per operand
+    assert " < (S[" not in src and "INT64_C(3) ? (" not in src  # no per-element select
+
+
+@pytest.mark.parametrize("case", ["shared_operand", "same_value_twice", "middle_axis",
+                                  "with_reduction"])
+def test_concat_split_refuses_what_it_cannot_split(compiler, case) -> None:
+    b = GraphBuilder("cat_refuse")
+    N = b.symbol("N")
+    x = b.input("x", "f32", [N, 4])
+    e = b.exp(x)
+    if case == "shared_operand":  # one value feeds two operands at different offsets
+        out = [b.concatenate(e, b.tanh(e), dimension=1)]
+    elif case == "same_value_twice":
+        out = [b.concatenate(e, e, dimension=1)]
+    elif case == "middle_axis":  # the axis is not the innermost: guarded select as before
+        out = [b.concatenate(e, b.tanh(x), dimension=0)]
+    else:  # a row reduction over the concatenation
+        cat = b.concatenate(e, b.tanh(x), dimension=1)
+        out = [b.reduce(cat, kind="sum", axes=[1]), cat]
+    g = b.build(*out)
+    for n in (3, 1, 0, 10):
+        check(compiler, g, [randn(n, 4)])
+
+
 # -- convolution: per-tap GEMMs ----------------------------------------------------------------
 
 @pytest.mark.parametrize("layout, kernel, strides, padding, dilation, groups", [

@@ -194,6 +194,7 @@ class _KernelEmitter:
         self.counter = 0
         self.rowbuf: dict[int, str] = {}  # values kept in per-thread row buffers
         self.cached: set[int] = set()  # row-buffered values ready for later phases
+        self.segment: int | None = None  # operand of the split concatenate being computed
 
     # names ----------------------------------------------------------------------------
     def fn_name(self, variant: str) -> str:
@@ -323,20 +324,36 @@ class _KernelEmitter:
             else:  # one value per row (a reduction or something computed from them)
                 lines.append(f"    out{j}[{self.offset(o, k.maps[id(o)], {})}] = "
                              f"{self.var[id(o)]};")
-        if full:
+        for segment, lo, hi in self.inner_segments() if full else ():
             self.scope = set()
+            self.segment = segment
             lines.append("    #pragma omp simd")
-            lines.append("    for (int64_t c = 0; c < C; ++c) {")
+            lines.append(f"    for (int64_t c = {lo}; c < {hi}; ++c) {{")
             for j, o in full:
                 body, var = self.compute_cone(o, done)
                 lines += ["      " + s for s in body]
                 lines.append(f"      out{j}[{self.offset(o, k.maps[id(o)], {})}] = {var};")
             lines.append("    }")
             self.scope = set()
+        self.segment = None
         lines.append("  }")
         for name in self.rowbuf.values():
             lines.append(f"  free({name});")
         return "\n".join(lines) + "\n", self.dim(rows)
+
+    def inner_segments(self) -> list[tuple[int | None, str, str]]:
+        """(operand of the split concatenate, lo, hi) per inner loop: one loop over the
+        whole row, or one per operand of the kernel's split concatenate (fusion decided)."""
+        cat = self.k.split_concat
+        if cat is None:
+            return [(None, "0", "C")]
+        axis = cat.attrs["dimension"]
+        out, start = [], cat.results[0].shape[axis] * 0
+        for i, w in enumerate(cat.operands):
+            end = start + w.shape[axis]
+            out.append((i, self.dim(start), self.dim(end)))
+            start = end
+        return out
 
     def _value(self, vid: int) -> Value:
         for op in self.k.ops:
@@ -500,6 +517,8 @@ class _KernelEmitter:
                 return
             seen.add(id(p))
             for j, w in enumerate(() if p.name in SHAPE_ONLY else p.operands):
+                if p is self.k.split_concat and j != self.segment:
+                    continue  # another inner loop computes that operand
                 if (id(p), j) not in self.k.reads:
                     visit(w)
             out.append(p)
@@ -528,9 +547,12 @@ class _KernelEmitter:
             self.var[id(r)] = name
             self.scope.add(id(r))
             return f"const {ctype(r.dtype)} {name} = {expr};"
-        for i in range(0 if op.name in SHAPE_ONLY else len(op.operands)):
-            args.append(self.operand_value(op, i))
-        expr = self.expr(op, args)
+        if op is self.k.split_concat:  # this inner loop covers one operand's range only
+            expr = self.operand_value(op, self.segment)
+        else:
+            for i in range(0 if op.name in SHAPE_ONLY else len(op.operands)):
+                args.append(self.operand_value(op, i))
+            expr = self.expr(op, args)
         self.counter += 1
         name = f"v{self.counter}"
         self.var[id(r)] = name

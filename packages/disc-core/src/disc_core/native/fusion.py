@@ -127,6 +127,9 @@ class Kernel:
     # materialized reads whose dims may be implicitly broadcast at run time:
     # (consumer op id, operand index) -> {operand dim: kernel dim}
     maybe_broadcast: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    # a concatenate along the innermost kernel dim whose operands are computed in place: the
+    # inner loop is split at its boundaries, so each operand is evaluated only in range
+    split_concat: Op | None = None
 
     @property
     def rank(self) -> int:
@@ -258,8 +261,9 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
     if name == "concatenate":
         axis = op.attrs["dimension"]
         start = sum((w.shape[axis] for w in op.operands[:i]), start=v.shape[axis] * 0)
-        return tuple(compose(e, 1, -start) if j == axis else e
-                     for j, e in enumerate(result_map)), {}
+        res = op.results[0].shape
+        return tuple(_sized(compose(e, 1, -start), v.shape[axis] == res[axis]) if j == axis
+                     else e for j, e in enumerate(result_map)), {}
     raise NativeUnsupported(f"{name} cannot be fused")
 
 
@@ -394,6 +398,9 @@ def _merge_horizontally(steps: list[Step]) -> list[Step]:
                     continue
                 if any(reach[g] >> m & 1 or reach[m] >> g & 1 for g in group):
                     continue
+                if t.split_concat is not None and any(
+                        steps[g].split_concat is not None for g in group):  # type: ignore[union-attr]
+                    continue  # one split inner loop per kernel
                 group.append(m)
             if len(group) > 1:
                 s = _merge([steps[g] for g in group])  # type: ignore[misc]
@@ -429,6 +436,7 @@ def _merge(kernels: list[Kernel]) -> Kernel:
         k.maps.update(part.maps)
         k.reads.update(part.reads)
         k.maybe_broadcast.update(part.maybe_broadcast)
+        k.split_concat = k.split_concat or part.split_concat
         for v in part.inputs:
             if v not in k.inputs:
                 k.inputs.append(v)
@@ -485,7 +493,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                     continue
                 if id(p) in fused and not _duplicable(p):
                     continue  # another kernel already writes it: read it, never write twice
-                if op.name in GUARDED and not (_duplicable(p) and not v.rank):
+                if (op.name in GUARDED and not (_duplicable(p) and not v.rank)
+                        and not _splits_inner_loop(k, op)):
                     continue  # a guarded operand is only read where in range: materialize
                 if op.name in INDIRECT and v is op.operands[0]:
                     continue  # read at data-dependent indices: must be in memory
@@ -493,6 +502,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                 if need is None:
                     continue
                 verdict = _can_join(k, p, v, need, users, needed, members, root, ancestors)
+                if verdict and op.name == "concatenate" and not _duplicable(p):
+                    k.split_concat = op
                 if verdict:
                     members[id(p)] = p
                     k.maps[id(v)] = need
@@ -558,6 +569,22 @@ def _duplicable(p: Op) -> bool:
     return src is not None and src.name in DUPLICABLE
 
 
+def _splits_inner_loop(k: Kernel, op: Op) -> bool:
+    """Whether ``op``, a concatenate, may have its operands computed inside kernel ``k``.
+
+    A loop kernel whose innermost dim is the concatenation axis runs one inner loop per
+    operand (loop splitting at the boundaries), each computing only its own operand: no
+    per-element select chain, no materialized operands. One such concatenate per kernel;
+    reductions cannot join it afterwards (their phases run over the whole row).
+    """
+    if op.name != "concatenate" or k.kind != "loop" or not k.rank:
+        return False
+    if k.split_concat is not None and k.split_concat is not op:
+        return False
+    m = k.maps.get(id(op.results[0]))
+    return m is not None and m[op.attrs["dimension"]] == k.rank - 1
+
+
 def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[Op]],
               needed: set[int], members: dict[int, Op], root: Op, ancestors: _Ancestry
               ) -> bool | str:
@@ -568,6 +595,8 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
         return p.name != "constant" or not p.results[0].rank
     becomes_row = False
     if p.name in REDUCTIONS:
+        if k.split_concat is not None:
+            return False
         n = k.rank
         axes = red_axes(p)
         if k.kind == "column" or n == 0 or axes != [p.operands[0].rank - 1]:
