@@ -29,14 +29,16 @@ def assert_same(got: Any, want: Any) -> None:
 
 def check_parity(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *,
                  compiled_ops: Sequence[str] = (), min_cluster_size: int = 1,
-                 input_signature: Sequence[tf.TensorSpec] | None = None) -> Any:
+                 input_signature: Sequence[tf.TensorSpec] | None = None,
+                 reference: Callable[..., Any] | None = None) -> Any:
     """Run ``fn`` through DISC on every input set (one rank/dtype signature, many shapes)
-    and compare with TF eager; the ops in ``compiled_ops`` must have been compiled, and the
-    whole stream must cost exactly one compilation."""
+    and compare with TF eager (``reference`` instead of ``fn`` where TF's CPU kernels
+    lack the form ``fn`` traces, e.g. NCHW convolutions); the ops in ``compiled_ops``
+    must have been compiled, and the whole stream must cost exactly one compilation."""
     f = disc_tf.function(fn, min_cluster_size=min_cluster_size, input_signature=input_signature)
     before = disc_tf.compile_count()
     for inputs in input_sets:
-        assert_same(f(*inputs), fn(*inputs))
+        assert_same(f(*inputs), (reference or fn)(*inputs))
     assert f.uses_disc(), "nothing ran through DISC"
     graph = f.coverage()
     status = {n.op: n.status.value for n in graph.nodes}
