@@ -15,7 +15,7 @@ import glob
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cffi
 import numpy as np
@@ -93,15 +93,30 @@ def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
         return _ffi.NULL
 
 
-@functools.lru_cache(maxsize=1)
-def find_blas() -> tuple[int, int]:
-    """(sgemm, dgemm) addresses of an ILP64 CBLAS, or (0, 0) when none is found."""
-    return _find_blas()[:2]
+class BlasFunctions(NamedTuple):
+    """C function addresses of the BLAS DISC uses (0 where absent), for native code that
+    calls BLAS itself: the native engine passes them to every module call, and a bridge's
+    own C op (disc-tf's launch kernel) hands them to the modules it runs."""
+
+    #: ILP64 ``cblas_sgemm``
+    sgemm: int
+    #: ILP64 ``cblas_dgemm``
+    dgemm: int
+    #: OpenBLAS ``openblas_set_num_threads_local(int) -> int`` (sets the calling thread's
+    #: BLAS thread count, returns the previous one): modules run GEMMs on their own OpenMP
+    #: team with one BLAS thread each, because a second thread pool spinning next to
+    #: OpenMP's halves throughput. 0 with OpenBLAS < 0.3.27, which lacks it.
+    set_num_threads_local: int
 
 
 @functools.lru_cache(maxsize=1)
-def _find_blas() -> tuple[int, int, int]:
-    """(sgemm, dgemm, per-thread thread-count setter or 0)."""
+def blas_functions() -> BlasFunctions:
+    """The BLAS functions native modules call, looked up once per process.
+
+    Searched in ``DISC_BLAS_LIB`` (a shared library path) first, then the ILP64 OpenBLAS
+    that numpy wheels ship (``numpy.libs/libscipy_openblas64_*.so``). All zeros when none
+    is found; then only graphs without ``dot_general`` run natively.
+    """
     import ctypes
 
     candidates = []
@@ -120,10 +135,29 @@ def _find_blas() -> tuple[int, int, int]:
                 local = ctypes.cast(lib.openblas_set_num_threads_local, ctypes.c_void_p).value
             except AttributeError:  # OpenBLAS < 0.3.27: BLAS calls from threads serialize
                 local = 0
-            return int(s or 0), int(d or 0), int(local or 0)
+            return BlasFunctions(int(s or 0), int(d or 0), int(local or 0))
         except (OSError, AttributeError):
             continue
-    return 0, 0, 0
+    return BlasFunctions(0, 0, 0)
+
+
+def blas_thread_setter() -> int:
+    """Address of the BLAS's per-thread thread-count setter (``int f(int)``), or 0.
+
+    The ``blas_threads_local`` member of ``disc_env``: whoever calls ``disc_run`` outside
+    this engine passes it so that GEMMs inside a module run single-threaded per OpenMP
+    thread (see :class:`BlasFunctions`)."""
+    return blas_functions().set_num_threads_local
+
+
+def find_blas() -> tuple[int, int]:
+    """(sgemm, dgemm) addresses of an ILP64 CBLAS, or (0, 0) when none is found."""
+    return blas_functions()[:2]
+
+
+#: Deprecated private alias of :func:`blas_functions` (same 3-tuple), kept only because
+#: disc-tf's ``custom_op.py`` still calls it; new code uses the public functions.
+_find_blas = blas_functions
 
 
 class NativeModule:
@@ -139,7 +173,7 @@ class NativeModule:
         self.n_in = len(sig.inputs)
         self.out_dtypes = [numpy_dtype(s.dtype) for s in sig.outputs]
         self.num_counters = len(artifact.metadata.get("native", {}).get("counters", []))
-        sgemm, dgemm, local = _find_blas()
+        sgemm, dgemm, local = blas_functions()
         self.sgemm = _ffi.cast("void *", sgemm)
         self.dgemm = _ffi.cast("void *", dgemm)
         self.blas_threads_local = _ffi.cast("int (*)(int)", local)
