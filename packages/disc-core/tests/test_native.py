@@ -566,6 +566,21 @@ def test_concat_of_computed_operands_is_one_kernel_with_split_inner_loop(compile
 
 
 @pytest.mark.parametrize("case", ["shared_operand", "same_value_twice", "middle_axis",
+def test_interior_padding_of_an_empty_dim(compiler) -> None:
+    """pad's result dim is low + high + d + max(d - 1, 0) * interior: the host sizes the
+    output from the same rule as the interpreter, also when d is 0 at run time."""
+    b = GraphBuilder("interior")
+    N, M = b.symbol("N"), b.symbol("M")
+    x = b.input("x", "f32", [N, M])
+    p = b.pad(b.exp(x), b.constant(np.float32(-1)), low=[1, 0], high=[2, 1], interior=[2, 1])
+    g = b.build(b.tanh(p))
+    for shape in [(0, 3), (3, 0), (0, 0), (1, 1), (4, 5)]:
+        exe = check(compiler, g, [randn(*shape)])
+        n, m = shape
+        assert exe.run([randn(*shape)])[0].shape == (3 + n + 2 * max(n - 1, 0),
+                                                      1 + m + max(m - 1, 0))
+
+
                                   "with_reduction"])
 def test_concat_split_refuses_what_it_cannot_split(compiler, case) -> None:
     b = GraphBuilder("cat_refuse")

@@ -378,8 +378,8 @@ class TestPad:
     def test_symbolic_types(self):
         out = infer("pad", T("f32", ["B", "S", 768]), T("f32", []), low=[0, 1, -2],
                     high=[1, "S", 0], interior=[2, 1, 0])
-        # B + 2*(B - 1) + 1, S + (S - 1) + 1 + S, 766
-        assert out == T("f32", ["3*B - 1", "3*S", 766])
+        # B + 2*max(B - 1, 0) + 1, S + max(S - 1, 0) + 1 + S, 766: no gaps in an empty dim
+        assert out == T("f32", ["B + 2*max(B - 1, 0) + 1", "2*S + max(S - 1, 0) + 1", 766])
         out = infer("pad", T("bool", ["N"]), T("bool", []), low=["P"], high=["P"])
         assert out == T("bool", ["N + 2*P"])
 
@@ -446,20 +446,26 @@ class TestPad:
                                                  r"high=0, interior=0 has negative size -1"):
             run("pad", rand((2,), "f32"), scalar(0, "f32"), low=["-L"], high=[0], env={"L": 3})
 
-    def test_symbolic_interior_assumes_nonempty(self):
-        """The type of a symbolic dim with interior > 0 assumes d >= 1; d = 0 is caught by
-        the interpreter's result-shape check, while the reference stays HLO-exact."""
-        assert_same(run("pad", rand((0,), "f32"), scalar(0, "f32"), low=[1], high=[1],
-                        interior=[2]), np.zeros(2, np.float32))
+    @pytest.mark.parametrize("n", [0, 1, 2, 5])
+    def test_symbolic_interior_holds_for_an_empty_dim(self, n):
+        """An empty operand has no gaps to fill: result dim low + high, never
+        ``(0 - 1) * interior`` less (XLA/StableHLO: ``max(d - 1, 0) * interior``), so the
+        symbolic type agrees with the reference for every run-time size, 0 included."""
         b = GraphBuilder("pad0")
         x = b.input("x", "f32", ["N"])
         p = b.input("p", "f32", [])
         g = b.build(b.pad(x, p, low=[1], high=[1], interior=[2]))
-        assert g.outputs[0].type == T("f32", ["3*N"])
-        assert_same(interpret(g, [np.ones(2, np.float32), scalar(0, "f32")])[0],
-                    np.array([0, 1, 0, 0, 1, 0], np.float32))
-        with pytest.raises(InterpretError, match=r"result dim 0 is 2"):
-            interpret(g, [np.ones(0, np.float32), scalar(0, "f32")])
+        assert g.outputs[0].type == T("f32", ["N + 2*max(N - 1, 0) + 2"])
+        got = interpret(g, [np.ones(n, np.float32), scalar(0, "f32")])[0]
+        assert_same(got, oracle_pad(np.ones(n, np.float32), np.float32(0), [1], [1], [2]))
+        assert got.shape == (max(3 * n, 2),)
+
+    def test_empty_dim_with_interior_and_cropping_is_verified(self):
+        """low + high < 0 on an empty dim is a negative size whatever the interior."""
+        with pytest.raises(VerifyError, match=r"interior=3 has negative size -1"):
+            infer("pad", T("f32", [0]), T("f32", []), low=[-1], high=[0], interior=[3])
+        assert infer("pad", T("f32", [0]), T("f32", []), low=[0], high=[0],
+                     interior=[3]) == T("f32", [0])
 
     def test_canonicalize(self):
         x = V("f32", ["B", 4])

@@ -21,7 +21,7 @@ from ..dtypes import INT_DTYPES
 from ..ir import Op, TensorType, Value
 from ..opdef import DIMS, INT, INTS, Attr, Ctx, Env, InterpretError, OpDef, Rewriter, VerifyError
 from ..shape_facts import Eq, Fact
-from ..symbolic import Expr, ceildiv
+from ..symbolic import Expr, ceildiv, smax
 from .shape_ops import c_array, check_dims_nonneg, provably_negative
 
 TRAITS = frozenset({"pure", "data_movement"})
@@ -285,24 +285,22 @@ class Concatenate(OpDef):
 
 
 def pad_dim(d: Expr, low: Expr, high: Expr, interior: int) -> Expr:
-    """Result dim of pad: ``low + high + d + max(d - 1, 0) * interior``. For a symbolic
-    ``d`` with ``interior > 0`` this is ``d + (d - 1) * interior + low + high``, which
-    assumes ``d >= 1`` (a run with ``d = 0`` is reported by the interpreter's result-shape
-    check)."""
+    """Result dim of pad: ``low + high + d + max(d - 1, 0) * interior`` (XLA's and
+    StableHLO's rule). The ``max`` matters for an empty operand: ``d = 0`` has no gaps to
+    fill, and ``(d - 1) * interior`` would make the result smaller than ``low + high``, even
+    negative. A symbolic ``d`` keeps the ``max`` as an opaque atom, so the rule holds for
+    every run-time size."""
     if interior == 0:
         return low + high + d
-    if d.is_const:
-        return low + high + d + max(d.value - 1, 0) * interior
-    return low + high + d + (d - 1) * interior
+    return low + high + d + smax(d - 1, 0) * interior
 
 
 class Pad(OpDef):
     """Pad ``x`` with the rank-0 ``padding_value`` (same dtype): ``interior[k]`` values
     between neighbouring elements of dim k, then ``low[k]`` before and ``high[k]`` after.
     Negative ``low``/``high`` remove elements (HLO). Result dim k is
-    ``low + high + d + max(d - 1, 0) * interior`` and must be >= 0. ``interior`` defaults
-    to all zeros. With a symbolic ``d`` and ``interior > 0`` the result type assumes
-    ``d >= 1`` (see :func:`pad_dim`)."""
+    ``low + high + d + max(d - 1, 0) * interior`` and must be >= 0 (:func:`pad_dim`).
+    ``interior`` defaults to all zeros."""
 
     name = "pad"
     operands = ("x", "padding_value")

@@ -14,7 +14,7 @@ import itertools
 import torch
 
 from disc_core.dtypes import DType
-from disc_core.symbolic import Expr
+from disc_core.symbolic import Expr, smax
 
 from .registry import FLOAT_DTYPES, converter
 
@@ -185,7 +185,10 @@ def avg_pool_backward(ctx, node):
     for tap in itertools.product(*(range(k) for k in kernel)):
         # output o of this tap read input o * stride + tap - padding
         low = [t - p for t, p in zip(tap, padding)]
-        high = [h - lo - (o - 1) * s - 1
+        # whatever remains of the input after the spread gradient: written with pad's own
+        # size rule (o + max(o - 1, 0) * (s - 1) for o outputs), so the result is exactly
+        # x's dims, symbolically too
+        high = [h - lo - o - smax(o - 1, 0) * (s - 1)
                 for h, lo, o, s in zip(x.shape[lead:], low, out_spatial, stride)]
         part = ctx.op("pad", g, zero, low=[0] * lead + low, high=[Expr.const(0)] * lead + high,
                       interior=[0] * lead + [s - 1 for s in stride])
