@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from disc_core.builder import GraphBuilder
 from disc_core.interpreter import InputMismatchError, interpret
 from disc_core.opdef import InterpretError
+from disc_core.symbolic import floordiv
 
 
 def layernorm_graph(hidden: int = 8, eps: float = 1e-5):
@@ -105,6 +106,46 @@ def test_expression_dims_in_inputs_bind_and_check() -> None:
     assert y.shape == (7,)
     with pytest.raises(InputMismatchError, match="cannot determine the symbols"):
         interpret(g, [np.ones(8, np.float32)])
+
+
+def test_a_zero_divisor_only_matters_in_a_non_empty_tensor() -> None:
+    """``floordiv(s0*s1, 2*s0)`` with s0 = 0: the reshape result [0, *] is empty, so the
+    dim's value does not matter (the division counts as 0); reducing over the empty dim
+    leaves a tensor whose only dim divides by zero, which no input can make meaningful."""
+    b = GraphBuilder("divzero")
+    s0, s1 = b.symbol("s0"), b.symbol("s1")
+    x = b.input("x", "f32", [s0, s1])
+    r = b.reshape(x, shape=[2 * s0, floordiv(s0 * s1, 2 * s0)])
+    g = b.build(b.exp(r))
+    assert [y.shape for y in interpret(g, [np.ones((3, 4), np.float32)])] == [(6, 2)]
+    assert [y.shape for y in interpret(g, [np.ones((0, 4), np.float32)])] == [(0, 0)]
+    b2 = GraphBuilder("divzero_reduced")
+    x = b2.input("x", "f32", [s0, s1])
+    r = b2.reshape(x, shape=[2 * s0, floordiv(s0 * s1, 2 * s0)])
+    g2 = b2.build(b2.reduce(r, kind="sum", axes=[0]))
+    np.testing.assert_array_equal(interpret(g2, [np.ones((1, 4), np.float32)])[0], [2, 2])
+    with pytest.raises(InterpretError, match=r"op #1 \(reduce\): result dim 0 of "
+                       r"\[floordiv\(s0\*s1, 2\*s0\)\] is floordiv\(s0\*s1, 2\*s0\), which "
+                       r"divides by zero \(2\*s0 = 0; s0 = 0\) while no other dim is 0; "
+                       r"expected 2\*s0 != 0"):
+        interpret(g2, [np.ones((0, 4), np.float32)])
+
+
+def test_input_dim_with_a_zero_divisor() -> None:
+    b = GraphBuilder("divzero_input")
+    s0, s1, s2 = b.symbol("s0"), b.symbol("s1"), b.symbol("s2")
+    x = b.input("x", "f32", [s0, s1])
+    y = b.input("y", "f32", [floordiv(s1, s0), s2])
+    g = b.build(b.neg(x), b.neg(y))
+    x0 = np.ones((0, 4), np.float32)
+    assert interpret(g, [x0, np.ones((0, 0), np.float32)])[1].shape == (0, 0)
+    with pytest.raises(InputMismatchError, match=r"input #1 'y': dim 0 is 7 but "
+                       r"floordiv\(s1, s0\) = 0"):
+        interpret(g, [x0, np.ones((7, 0), np.float32)])
+    with pytest.raises(InputMismatchError, match=r"input #1 'y': dim 0 is 0 but "
+                       r"floordiv\(s1, s0\) divides by zero \(s0 = 0\) and the input is not "
+                       r"empty \(shape \(0, 3\)\); expected s0 != 0"):
+        interpret(g, [x0, np.ones((0, 3), np.float32)])
 
 
 @settings(max_examples=100, deadline=None)

@@ -16,12 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disc_core import Compiler, GraphBuilder, catalog, interpret
+from disc_core.interpreter import InputMismatchError
 from disc_core.native import build as native_build
 from disc_core.native.build import build_native
 from disc_core.native.toolchain import CompilerNotFound
 from disc_core.ops.elementwise import _BINARY, _UNARY
+from disc_core.opdef import InterpretError
 from disc_core.passes import default_pipeline
 from disc_runtime import CompileCache, InputError
+from disc_core.symbolic import floordiv
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -362,6 +365,69 @@ print("ok")
 
 
 # -- fusion shapes ---------------------------------------------------------------------------
+def divzero_graphs():
+    """Graphs whose dims divide by a symbol: ``floordiv(s0*s1, 2*s0)`` as a reshape dim
+    (empty when s0 = 0, fine), reduced over the empty dim (a non-empty need for the
+    division: invalid input), and as an input dim."""
+    b = GraphBuilder("divzero")
+    s0, s1, s2 = b.symbol("s0"), b.symbol("s1"), b.symbol("s2")
+    x = b.input("x", "f32", [s0, s1])
+    r = b.reshape(b.exp(x), shape=[2 * s0, floordiv(s0 * s1, 2 * s0)])
+    ok = b.build(b.tanh(r), b.reduce(r, kind="sum", axes=[1]))
+    b = GraphBuilder("divzero_reduced")
+    x = b.input("x", "f32", [s0, s1])
+    r = b.reshape(b.exp(x), shape=[2 * s0, floordiv(s0 * s1, 2 * s0)])
+    reduced = b.build(b.reduce(r, kind="sum", axes=[0]))
+    b = GraphBuilder("divzero_input")
+    x = b.input("x", "f32", [s0, s1])
+    y = b.input("y", "f32", [floordiv(s1, s0), s2])
+    per_input = b.build(b.neg(x), b.neg(y))
+    return ok, reduced, per_input
+
+
+def run_divzero_cases(compiler) -> None:
+    ok, reduced, per_input = divzero_graphs()
+    for shape in [(3, 4), (1, 2), (2, 0), (0, 4), (0, 0)]:
+        exe = check(compiler, ok, [randn(*shape)])
+        if shape[0] == 0:
+            assert [y.shape for y in exe.run([randn(*shape)])] == [(0, 0), (0,)]
+    exe = check(compiler, reduced, [randn(1, 4)])
+    for engine in (exe.run, lambda xs: interpret(reduced, xs)):
+        with pytest.raises((InputError, InterpretError),
+                           match=r"dim 0 of (the result )?\[floordiv\(s0\*s1, 2\*s0\)\] is "
+                                 r"floordiv\(s0\*s1, 2\*s0\), which divides by zero "
+                                 r"\(2\*s0 = 0.*expected 2\*s0 != 0"):
+            engine([randn(0, 4)])
+    x0 = randn(0, 4)
+    exe = check(compiler, per_input, [randn(2, 4), randn(2, 3)])
+    check(compiler, per_input, [x0, randn(0, 0)])
+    for engine in (exe.run, lambda xs: interpret(per_input, xs)):
+        with pytest.raises((InputError, InputMismatchError),
+                           match=r"dim 0 is 0,? but floordiv\(s1, s0\) divides by zero "
+                                 r"\(s0 = 0\) and the input is not empty.*expected s0 != 0"):
+            engine([x0, randn(0, 3)])
+        with pytest.raises((InputError, InputMismatchError),
+                           match=r"dim 0 is 7,? (but|expected) floordiv\(s1, s0\) = 0"):
+            engine([x0, randn(7, 0)])
+
+
+def test_a_zero_divisor_in_a_dim_is_an_error_or_empty_never_a_crash(tmp_path) -> None:
+    """Generated code used to divide by zero (SIGFPE, the caller's process dies): the cases
+    run in a child process, so a crash is a failure of this test, not of the test run."""
+    code = f"""
+from disc_core import Compiler
+from disc_runtime import CompileCache
+import test_native as t
+t.run_divzero_cases(Compiler(CompileCache({str(tmp_path)!r}), target="native"))
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
+
+
 
 def test_multi_output_fusion_writes_shared_values(compiler) -> None:
     b = GraphBuilder("multi")

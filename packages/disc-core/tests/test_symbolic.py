@@ -5,10 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disc_core.symbolic import (
+    DimDivisionError,
     Expr,
     ExprParseError,
     UnboundSymbolError,
     ceildiv,
+    evaluate_shape,
     floordiv,
     mod,
     parse_expr,
@@ -61,6 +63,38 @@ def test_evaluate_and_errors() -> None:
         floordiv(B, S).evaluate({"B": 1, "S": 0})
     with pytest.raises(ZeroDivisionError):
         floordiv(B, 0)
+
+
+def test_divisions_lists_the_divisors_that_may_be_zero() -> None:
+    e = floordiv(B * S, 2 * B) + mod(H, 4) + smax(ceildiv(S, floordiv(H, B)), 1)
+    assert sorted(str(f.divisor) for f in e.divisions()) == ["2*B", "B", "floordiv(H, B)"]
+    assert (B * S + floordiv(S, 2)).divisions() == []
+
+
+@pytest.mark.parametrize("dims, env, want", [
+    # the divisor is 0, but another dim is 0: an empty tensor, the division counts as 0
+    ([2 * B, floordiv(B * S, 2 * B)], {"B": 0, "S": 4}, (0, 0)),
+    ([floordiv(S, B) + 3, H], {"B": 0, "S": 4, "H": 0}, (3, 0)),
+    ([4 - ceildiv(S, B), 0], {"B": 0, "S": 4}, (4, 0)),
+    ([0, 1 - 2 * mod(S, B) - H], {"B": 0, "S": 4, "H": 5}, (0, 0)),  # never negative
+    # no zero divisor: plain evaluation
+    ([2 * B, floordiv(B * S, 2 * B)], {"B": 3, "S": 4}, (6, 2)),
+])
+def test_evaluate_shape_allows_a_zero_divisor_only_in_an_empty_tensor(dims, env, want) -> None:
+    assert evaluate_shape(dims, env) == want
+
+
+def test_evaluate_shape_rejects_a_zero_divisor_in_a_non_empty_tensor() -> None:
+    with pytest.raises(DimDivisionError, match=r"dim 1 of \[3, floordiv\(B\*S, 2\*B\)\] is "
+                       r"floordiv\(B\*S, 2\*B\), which divides by zero \(2\*B = 0; B = 0\) "
+                       r"while no other dim is 0; expected 2\*B != 0"):
+        evaluate_shape([3, floordiv(B * S, 2 * B)], {"B": 0, "S": 4})
+    with pytest.raises(DimDivisionError):  # the only dim: nothing else makes it empty
+        evaluate_shape([mod(S, B)], {"B": 0, "S": 4})
+    with pytest.raises(DimDivisionError):  # two undefined dims do not make each other empty
+        evaluate_shape([floordiv(S, B), ceildiv(S, B)], {"B": 0, "S": 4})
+    with pytest.raises(ZeroDivisionError):  # plain evaluation stays strict
+        floordiv(B * S, 2 * B).evaluate({"B": 0, "S": 4})
 
 
 def test_parse_errors() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from .dtypes import dtype_of
 from .ir import Graph, Value
 from .opdef import Env, InterpretError
-from .symbolic import Expr, UnboundSymbolError, solve_linear
+from .symbolic import DimDivisionError, Expr, UnboundSymbolError, evaluate_shape, solve_linear
 
 
 class InputMismatchError(InterpretError, ValueError):
@@ -59,7 +59,7 @@ def bind_inputs(graph: Graph, inputs: Sequence[Any]) -> tuple[list[np.ndarray], 
                 env.values.setdefault(name, size)
                 origin.setdefault(name, f"{label} dim {k}")
             else:
-                pending.append((label, k, dim, size))
+                pending.append((label, k, dim, size, tuple(arr.shape)))
     _resolve_expressions(pending, env, origin)
     for name, info in graph.symbols.items():
         if name in env.values:
@@ -69,29 +69,42 @@ def bind_inputs(graph: Graph, inputs: Sequence[Any]) -> tuple[list[np.ndarray], 
     return arrays, env
 
 
-def _resolve_expressions(pending: list[tuple[str, int, Expr, int]], env: Env,
+def _resolve_expressions(pending: list[tuple[str, int, Expr, int, tuple[int, ...]]], env: Env,
                          origin: dict[str, str]) -> None:
-    """Check dims like ``2*S``, binding a symbol they pin linearly when nothing else does."""
+    """Check dims like ``2*S``, binding a symbol they pin linearly when nothing else does.
+
+    A dim that divides by zero (``floordiv(S, T)`` with ``T = 0``) is an error in a
+    non-empty input; in an empty one the division counts as 0, as for every other shape
+    (symbolic.evaluate_shape), so both engines see the same sizes downstream."""
     progress = True
     while pending and progress:
         progress = False
         for item in list(pending):
-            label, k, dim, size = item
+            label, k, dim, size, shape = item
+            faults: list = []
             try:
-                want = dim.evaluate(env.values)
+                want = dim.evaluate(env.values, faults)
             except UnboundSymbolError:
                 solved = solve_linear(dim, size, env.values)
                 if solved is None:
                     continue
                 env.values[solved[0]] = solved[1]
                 origin[solved[0]] = f"{label} dim {k}"
-                want = dim.evaluate(env.values)
+                faults = []
+                want = dim.evaluate(env.values, faults)
+            if faults and 0 in shape[:k] + shape[k + 1:]:
+                want = max(want, 0)  # an empty input: the division counts as 0
+            elif faults:
+                raise InputMismatchError(
+                    f"{label}: dim {k} is {size} but {dim} divides by zero "
+                    f"({faults[0].divisor} = 0) and the input is not empty (shape {shape}); "
+                    f"expected {faults[0].divisor} != 0")
             if want != size:
                 raise InputMismatchError(f"{label}: dim {k} is {size} but {dim} = {want}")
             pending.remove(item)
             progress = True
     if pending:
-        label, k, dim, size = pending[0]
+        label, k, dim, size, _ = pending[0]
         raise InputMismatchError(f"{label}: cannot determine the symbols of dim {k} ({dim}) "
                                  f"from the inputs")
 
@@ -106,7 +119,7 @@ def interpret(graph: Graph, inputs: Sequence[Any]) -> list[np.ndarray]:
             outs = op.opdef.run(args, op.attrs, env)
         except InterpretError as exc:
             raise type(exc)(f"@{graph.name} op #{n} ({op.name}): {exc}") from None
-        except UnboundSymbolError as exc:
+        except (UnboundSymbolError, ZeroDivisionError) as exc:  # incl. DimDivisionError
             raise InterpretError(f"@{graph.name} op #{n} ({op.name}): {exc}") from None
         if len(outs) != len(op.results):
             raise InterpretError(f"@{graph.name} op #{n} ({op.name}): reference returned "
@@ -128,7 +141,7 @@ def _check_result_shape(graph: Graph, n: int, opname: str, r: Value, out: np.nda
         raise InterpretError(f"{where}: result has rank {out.ndim}, expected {r.type}")
     for k, (dim, size) in enumerate(zip(r.shape, out.shape)):
         try:
-            want = dim.evaluate(env.values)
+            dim.evaluate(env.values, [])
         except UnboundSymbolError:
             # A data-dependent dim (e.g. from dynamic_reshape) binds its symbol here.
             solved = solve_linear(dim, size, env.values) if not dim.is_symbol else (
@@ -141,7 +154,11 @@ def _check_result_shape(graph: Graph, n: int, opname: str, r: Value, out: np.nda
             why = info.check(solved[1]) if info else None
             if why:
                 raise InterpretError(f"{where}: {why}") from None
-            want = dim.evaluate(env.values)
+    try:
+        wants = evaluate_shape(r.shape, env.values)
+    except DimDivisionError as exc:
+        raise InterpretError(f"{where}: result {exc}") from None
+    for k, (dim, size, want) in enumerate(zip(r.shape, out.shape, wants)):
         if want != size:
             raise InterpretError(f"{where}: result dim {k} is {size} but the graph says "
                                  f"{dim} = {want}; the inputs violate a shape equality the "

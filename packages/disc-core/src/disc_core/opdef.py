@@ -27,7 +27,7 @@ import numpy as np
 
 from .dtypes import DType, dtype_of
 from .ir import Op, TensorType, Value
-from .symbolic import Expr, ExprLike, as_expr
+from .symbolic import Expr, ExprLike, as_expr, evaluate_shape
 
 if TYPE_CHECKING:
     from .shape_facts import Fact
@@ -362,7 +362,14 @@ class Env:
         return as_expr(e).evaluate(self.values)
 
     def shape(self, dims: Iterable[ExprLike]) -> tuple[int, ...]:
+        """Each expression's value (attributes such as slice starts: a division by zero
+        raises ZeroDivisionError)."""
         return tuple(self.eval(d) for d in dims)
+
+    def tensor_shape(self, dims: Iterable[ExprLike]) -> tuple[int, ...]:
+        """The dims of a tensor: a dim that divides by zero is allowed only in an empty
+        tensor (:func:`~disc_core.symbolic.evaluate_shape`), else DimDivisionError."""
+        return evaluate_shape(dims, self.values)
 
 
 class Rewriter:

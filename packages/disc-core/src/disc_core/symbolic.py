@@ -7,8 +7,13 @@ sound "provably equal" test that passes build on, and ``s*1 -> s``, ``(s0*s1)//s
 or ``(2*s + 3)//2 -> s + 1`` hold by construction.
 
 Dims denote sizes, which are never negative; simplifications rely on that only where noted.
-Division simplifications assume the divisor is non-zero (a zero divisor is an error at run
-time, reported by :meth:`Expr.evaluate`).
+Division simplifications assume the divisor is non-zero.
+
+A divisor that is zero at run time (``floordiv(s0*s3, 2*s0)`` with ``s0 = 0``) is not an
+error by itself: a dim only matters when its tensor has elements. :func:`evaluate_shape`
+counts such a division as 0 when another dim of the same shape is 0 (the tensor is empty
+whatever the value), and raises :class:`DimDivisionError` otherwise (the inputs are invalid).
+The native code generator implements the same rule, so both engines agree.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ class Atom:
     def __lt__(self, other: Atom) -> bool:
         return self._key < other._key
 
-    def evaluate(self, env: Mapping[str, int]) -> int:
+    def evaluate(self, env: Mapping[str, int], faults: list[Func] | None = None) -> int:
+        """The atom's value; see :meth:`Expr.evaluate` for ``faults``."""
         raise NotImplementedError
 
     def free_symbols(self) -> set[str]:
@@ -63,7 +69,7 @@ class Sym(Atom):
     def __str__(self) -> str:
         return self.name
 
-    def evaluate(self, env: Mapping[str, int]) -> int:
+    def evaluate(self, env: Mapping[str, int], faults: list[Func] | None = None) -> int:
         try:
             return int(env[self.name])
         except KeyError:
@@ -89,10 +95,18 @@ class Func(Atom):
     def __str__(self) -> str:
         return f"{self.fn}({', '.join(str(a) for a in self.args)})"
 
-    def evaluate(self, env: Mapping[str, int]) -> int:
-        vals = [a.evaluate(env) for a in self.args]
-        if self.fn in ("floordiv", "ceildiv", "mod") and vals[1] == 0:
-            raise ZeroDivisionError(f"{self} divides by zero")
+    @property
+    def divisor(self) -> Expr | None:
+        """The divisor of floordiv/ceildiv/mod, None for min/max."""
+        return self.args[1] if self.fn in _DIVISIONS else None
+
+    def evaluate(self, env: Mapping[str, int], faults: list[Func] | None = None) -> int:
+        vals = [a.evaluate(env, faults) for a in self.args]
+        if self.fn in _DIVISIONS and vals[1] == 0:
+            if faults is None:
+                raise ZeroDivisionError(f"{self} divides by zero")
+            faults.append(self)
+            return 0  # what native code computes too (disc_floordiv & co. in emit.py)
         if self.fn == "floordiv":
             return vals[0] // vals[1]
         if self.fn == "ceildiv":
@@ -112,6 +126,19 @@ class Func(Atom):
     def subs(self, mapping: Mapping[str, Expr]) -> Expr:
         args = [a.subs(mapping) for a in self.args]
         return _FUNCS[self.fn](*args)
+
+
+class DimDivisionError(ZeroDivisionError):
+    """A dim of a non-empty shape divides by zero: the inputs are invalid for the graph."""
+
+    def __init__(self, dims: tuple[Expr, ...], k: int, fault: Func, env: Mapping[str, int]):
+        self.dims, self.k, self.fault = dims, k, fault
+        den = fault.args[1]
+        bound = ", ".join(f"{n} = {env[n]}" for n in sorted(den.free_symbols()) if n in env)
+        super().__init__(
+            f"dim {k} of [{', '.join(map(str, dims))}] is {dims[k]}, which divides by zero "
+            f"({den} = 0{'; ' + bound if bound else ''}) while no other dim is 0; expected "
+            f"{den} != 0 (a division by zero is only allowed in an empty tensor)")
 
 
 class UnboundSymbolError(KeyError):
@@ -256,14 +283,30 @@ class Expr:
         return mod(self, other)
 
     # -- evaluation and substitution ----------------------------------------------------
-    def evaluate(self, env: Mapping[str, int]) -> int:
+    def evaluate(self, env: Mapping[str, int], faults: list[Func] | None = None) -> int:
+        """The value under ``env``. A division by zero raises ZeroDivisionError, unless a
+        ``faults`` list is given: then the division counts as 0 and its atom is appended
+        (see :func:`evaluate_shape`, which decides whether that value may be used)."""
         total = 0
         for mono, coeff in self.terms:
             prod = coeff
             for a in mono:
-                prod *= a.evaluate(env)
+                prod *= a.evaluate(env, faults)
             total += prod
         return total
+
+    def divisions(self) -> list[Func]:
+        """Every floordiv/ceildiv/mod atom whose divisor is not a constant (the ones that may
+        divide by zero at run time), nested ones included, each once."""
+        out: list[Func] = []
+        for mono, _ in self.terms:
+            for a in mono:
+                if isinstance(a, Func):
+                    for arg in a.args:
+                        out += [f for f in arg.divisions() if f not in out]
+                    if a.fn in _DIVISIONS and not a.args[1].is_const and a not in out:
+                        out.append(a)
+        return out
 
     def subs(self, mapping: Mapping[str, ExprLike]) -> Expr:
         """Replace symbols by expressions and re-canonicalize."""
@@ -423,6 +466,35 @@ def smax(*args: ExprLike) -> Expr:
 
 
 _FUNCS = {"floordiv": floordiv, "ceildiv": ceildiv, "mod": mod, "min": smin, "max": smax}
+_DIVISIONS = ("floordiv", "ceildiv", "mod")
+
+
+def evaluate_shape(dims: Iterable[ExprLike], env: Mapping[str, int]) -> tuple[int, ...]:
+    """The concrete shape of ``dims``, with the rule for divisions by zero.
+
+    A dim whose expression divides by zero (anywhere inside) only matters if the tensor has
+    elements. When some other dim that evaluates normally is 0, the tensor is empty whatever
+    that dim is: the division counts as 0 and the dim is clamped at 0, as in the generated
+    C, so both engines give the same shape. Otherwise the shape is undefined (the inputs
+    are invalid) and :class:`DimDivisionError` names the dim, the zero divisor and what
+    was expected.
+    """
+    exprs = tuple(as_expr(d) for d in dims)
+    values: list[int] = []
+    faulty: list[tuple[int, Func]] = []
+    for k, e in enumerate(exprs):
+        faults: list[Func] = []
+        values.append(e.evaluate(env, faults))
+        if faults:
+            faulty.append((k, faults[0]))
+    if faulty:
+        bad = {k for k, _ in faulty}
+        if not any(v == 0 for k, v in enumerate(values) if k not in bad):
+            k, fault = faulty[0]
+            raise DimDivisionError(exprs, k, fault, env)
+        for k in bad:  # never a negative size (numpy would read -1 as "infer this dim")
+            values[k] = max(values[k], 0)
+    return tuple(values)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

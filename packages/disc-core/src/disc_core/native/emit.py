@@ -391,9 +391,13 @@ class _KernelEmitter:
         return out
 
     def _inner(self, v: Value) -> bool:
-        """Does ``v`` vary along the kernel's innermost (column) dim?"""
-        if self.k.kind == "loop":
-            return True
+        """Does ``v`` vary along the kernel's innermost (column) dim?
+
+        Values that do not are computed once per row, before the inner loop, in every kernel
+        kind: an index computed from iotas (im2col's gather positions), a per-row bias. Left
+        inside, they would be recomputed per element and make the compiler vectorize the
+        index arithmetic and turn a contiguous load into a hardware gather.
+        """
         m = self.k.maps.get(id(v))
         return m is not None and (self.n - 1) in {kdim(e) for e in m}
 

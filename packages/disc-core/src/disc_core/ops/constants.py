@@ -47,7 +47,7 @@ class Iota(OpDef):
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> np.ndarray:
-        shape = env.shape(attrs["shape"])
+        shape = env.tensor_shape(attrs["shape"])
         d = attrs["dimension"]
         idx = np.arange(shape[d]).reshape([-1 if i == d else 1 for i in range(len(shape))])
         return np.broadcast_to(idx, shape).astype(attrs["dtype"].np)

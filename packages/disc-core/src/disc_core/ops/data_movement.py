@@ -159,7 +159,7 @@ class DynamicSlice(OpDef):
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> np.ndarray:
         x, idx = inputs[0], inputs[1:]
-        sizes = env.shape(attrs["sizes"])
+        sizes = env.tensor_shape(attrs["sizes"])
         if len(sizes) != x.ndim:
             raise InterpretError(f"{cls.name}: sizes {list(sizes)} do not match the operand "
                                  f"shape {list(x.shape)}")

@@ -31,7 +31,7 @@ from ..dtypes import DType
 from ..ir import Op, TensorType, Value
 from ..opdef import DIMS, INT, INTS, Attr, Ctx, Env, InterpretError, OpDef, Rewriter, VerifyError
 from ..shape_facts import Divisible, Eq, Fact, ProductEq
-from ..symbolic import Expr, UnboundSymbolError, gcd_divisor, product
+from ..symbolic import Expr, UnboundSymbolError, as_expr, gcd_divisor, product
 
 SHAPE_TENSOR_DTYPES = (DType.I32, DType.I64)
 
@@ -104,10 +104,17 @@ def target_shape(opname: str, tensor: np.ndarray, dims: Sequence[Expr], env: Env
     for k, (d, v) in enumerate(zip(dims, vals, strict=True)):
         if v < 0:
             raise InterpretError(f"{opname}: shape operand {list(vals)} has a negative dim {k}")
+        faults: list = []
         try:
-            want = env.eval(d)
+            want = as_expr(d).evaluate(env.values, faults)
         except UnboundSymbolError:
             continue  # a fresh symbol: the interpreter binds it from the result
+        if faults and any(w == 0 for j, w in enumerate(vals) if j != k):
+            continue  # divides by zero in an empty tensor: any size will do
+        if faults:
+            raise InterpretError(f"{opname}: shape operand {list(vals)} says dim {k} is {v}, "
+                                 f"but attribute shape[{k}] = {d} divides by zero "
+                                 f"({faults[0]}); expected {faults[0].divisor} != 0")
         if want != v:
             raise InterpretError(f"{opname}: shape operand {list(vals)} says dim {k} is {v}, "
                                  f"but attribute shape[{k}] = {d} = {want}")
@@ -229,7 +236,7 @@ class Reshape(OpDef):
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> np.ndarray:
-        return _reshape_array(cls.name, inputs[0], env.shape(attrs["shape"]))
+        return _reshape_array(cls.name, inputs[0], env.tensor_shape(attrs["shape"]))
 
 
 class DynamicReshape(OpDef):
@@ -303,7 +310,7 @@ class BroadcastInDim(OpDef):
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> np.ndarray:
-        return broadcast_array(cls.name, inputs[0], env.shape(attrs["shape"]),
+        return broadcast_array(cls.name, inputs[0], env.tensor_shape(attrs["shape"]),
                                attrs["broadcast_dimensions"])
 
 
