@@ -20,11 +20,11 @@ from disc_core.interpreter import InputMismatchError
 from disc_core.native import build as native_build
 from disc_core.native.build import build_native
 from disc_core.native.toolchain import CompilerNotFound
-from disc_core.ops.elementwise import _BINARY, _UNARY
 from disc_core.opdef import InterpretError
+from disc_core.ops.elementwise import _BINARY, _UNARY
 from disc_core.passes import default_pipeline
-from disc_runtime import CompileCache, InputError
 from disc_core.symbolic import floordiv
+from disc_runtime import CompileCache, InputError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -364,7 +364,6 @@ print("ok")
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
 
-# -- fusion shapes ---------------------------------------------------------------------------
 def divzero_graphs():
     """Graphs whose dims divide by a symbol: ``floordiv(s0*s1, 2*s0)`` as a reshape dim
     (empty when s0 = 0, fine), reduced over the empty dim (a non-empty need for the
@@ -428,6 +427,7 @@ print("ok")
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 
+# -- fusion shapes ---------------------------------------------------------------------------
 
 def test_multi_output_fusion_writes_shared_values(compiler) -> None:
     b = GraphBuilder("multi")
@@ -486,6 +486,21 @@ def test_negative_padding_crops(compiler) -> None:
                       interior=[0, 0]))
     for n in [0, 1, 5]:
         check(compiler, g, [randn(n, 8)])
+
+
+def test_interior_padding_of_an_empty_dim(compiler) -> None:
+    """pad's result dim is low + high + d + max(d - 1, 0) * interior: the host sizes the
+    output from the same rule as the interpreter, also when d is 0 at run time."""
+    b = GraphBuilder("interior")
+    N, M = b.symbol("N"), b.symbol("M")
+    x = b.input("x", "f32", [N, M])
+    p = b.pad(b.exp(x), b.constant(np.float32(-1)), low=[1, 0], high=[2, 1], interior=[2, 1])
+    g = b.build(b.tanh(p))
+    for shape in [(0, 3), (3, 0), (0, 0), (1, 1), (4, 5)]:
+        exe = check(compiler, g, [randn(*shape)])
+        n, m = shape
+        assert exe.run([randn(*shape)])[0].shape == (3 + n + 2 * max(n - 1, 0),
+                                                      1 + m + max(m - 1, 0))
 
 
 # -- indirect indexing, arg reductions, scatters ---------------------------------------------
@@ -632,21 +647,6 @@ def test_concat_of_computed_operands_is_one_kernel_with_split_inner_loop(compile
 
 
 @pytest.mark.parametrize("case", ["shared_operand", "same_value_twice", "middle_axis",
-def test_interior_padding_of_an_empty_dim(compiler) -> None:
-    """pad's result dim is low + high + d + max(d - 1, 0) * interior: the host sizes the
-    output from the same rule as the interpreter, also when d is 0 at run time."""
-    b = GraphBuilder("interior")
-    N, M = b.symbol("N"), b.symbol("M")
-    x = b.input("x", "f32", [N, M])
-    p = b.pad(b.exp(x), b.constant(np.float32(-1)), low=[1, 0], high=[2, 1], interior=[2, 1])
-    g = b.build(b.tanh(p))
-    for shape in [(0, 3), (3, 0), (0, 0), (1, 1), (4, 5)]:
-        exe = check(compiler, g, [randn(*shape)])
-        n, m = shape
-        assert exe.run([randn(*shape)])[0].shape == (3 + n + 2 * max(n - 1, 0),
-                                                      1 + m + max(m - 1, 0))
-
-
                                   "with_reduction"])
 def test_concat_split_refuses_what_it_cannot_split(compiler, case) -> None:
     b = GraphBuilder("cat_refuse")

@@ -50,7 +50,11 @@ PRELUDE = "#include <stdint.h>\n" + ABI_TYPES + r"""
 #include <math.h>
 #include <omp.h>
 
+/* Symbolic dim arithmetic. A zero divisor gives 0 instead of trapping (SIGFPE would kill
+   the caller's process): such a dim is only legal in an empty tensor, which disc_run checks
+   for every shape before any work (symbolic.evaluate_shape is the same rule in Python). */
 static inline int64_t disc_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
   int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t disc_ceildiv(int64_t a, int64_t b) { return -disc_floordiv(-a, b); }
 static inline int64_t disc_mod(int64_t a, int64_t b) { return a - b * disc_floordiv(a, b); }
@@ -687,6 +691,50 @@ def _combine(kind: str, dt: DType, acc: str, x: str) -> str:
 
 # -- host -----------------------------------------------------------------------------------
 
+def _undefined(d: Expr, syms: _Symbols) -> str | None:
+    """C condition: ``d`` divides by zero at run time (None when it cannot)."""
+    divs = d.divisions()
+    return " || ".join(f"{syms.c(f.divisor)} == 0" for f in divs) if divs else None
+
+
+def _clamped(d: Expr, syms: _Symbols) -> str:
+    """C value of a dim as a size: one that divides by zero (legal only in an empty tensor,
+    checked by _division_checks) is at least 0, as in symbolic.evaluate_shape."""
+    u = _undefined(d, syms)
+    return syms.c(d) if u is None else f"(({u}) ? disc_max({syms.c(d)}, 0) : {syms.c(d)})"
+
+
+def _division_checks(graph: Graph, syms: _Symbols) -> list[str]:
+    """Fail cleanly when a non-empty tensor's shape needs a division by zero.
+
+    A dim like ``floordiv(s0*s3, 2*s0)`` is meaningless when ``s0 = 0``; that is fine in an
+    empty tensor (some other dim is 0), and invalid input otherwise, reported with the dim,
+    the divisor and what was expected. Checked for every value before any work runs, so no
+    kernel ever sizes a loop or a buffer from such a dim (the rule of
+    symbolic.evaluate_shape, which the interpreter applies)."""
+    out: list[str] = []
+    seen: set[tuple] = set()
+    for n, op in enumerate(graph.ops):
+        for r in op.results:
+            shape = tuple(r.shape)
+            if shape in seen or not any(d.divisions() for d in shape):
+                continue
+            seen.add(shape)
+            undef = [_undefined(d, syms) for d in shape]
+            empty = " || ".join(f"(!({u}) && {syms.c(d)} == 0)" if u else f"{syms.c(d)} == 0"
+                                for d, u in zip(shape, undef))
+            text = ", ".join(map(str, shape))
+            for j, d in enumerate(shape):
+                for f in d.divisions():
+                    den = f.divisor
+                    out.append(
+                        f"  if ({syms.c(den)} == 0 && !({empty})) DISC_FAIL(\"op #{n} "
+                        f"({op.name}): dim {j} of the result [{text}] is {d}, which divides by "
+                        f"zero ({den} = 0) while no other dim is 0; expected {den} != 0 (a "
+                        f"division by zero is only allowed in an empty tensor)\");")
+    return out
+
+
 def _alias_roots(plan: FusionPlan) -> dict[int, Value]:
     """id(reshape result) -> the value whose buffer it shares (reshapes are zero-copy)."""
     root: dict[int, Value] = {}
@@ -724,14 +772,26 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
                 w(f"  S[{syms.index[d.symbol_name]}] = in_shapes[{off}];")
                 bound.add(d.symbol_name)
             else:
-                checks.append(f"  if (in_shapes[{off}] != {syms.c(d)}) DISC_FAIL(\"{where} is "
+                want = syms.c(d)
+                if d.divisions():  # legal only in an empty input, where it counts as 0
+                    others = [f"in_shapes[{off - j + o}] == 0" for o in range(v.rank) if o != j]
+                    for f in d.divisions():
+                        den = f.divisor
+                        checks.append(
+                            f"  if ({syms.c(den)} == 0 && !({' || '.join(others) or '0'})) "
+                            f"DISC_FAIL(\"{where} is %lld, but {d} divides by zero ({den} = 0) "
+                            f"and the input is not empty; expected {den} != 0\", "
+                            f"(long long)in_shapes[{off}]);")
+                    want = _clamped(d, syms)
+                checks.append(f"  if (in_shapes[{off}] != {want}) DISC_FAIL(\"{where} is "
                               f"%lld, expected {d} = %lld\", (long long)in_shapes[{off}], "
-                              f"(long long){syms.c(d)});")
+                              f"(long long){want});")
             off += 1
     unbound = set(syms.index) - bound
     if unbound:
         raise NativeUnsupported(f"symbols {sorted(unbound)} are not bound by input dims")
     L.extend(checks)
+    L.extend(_division_checks(graph, syms))
     # storage names
     storage: dict[int, str] = {}
     for i, v in enumerate(graph.inputs):
@@ -746,7 +806,7 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
         out_ids[id(g)] = i
     for i, v in enumerate(graph.outputs):
         shape_name = f"oshape{i}"
-        dims = ", ".join(syms.c(d) for d in v.shape) or "0"
+        dims = ", ".join(_clamped(d, syms) for d in v.shape) or "0"
         w(f"  int64_t {shape_name}[{max(v.rank, 1)}] = {{{dims}}};")
         w(f"  char *out{i} = (char *)env->alloc(env->alloc_ctx, {i}, {v.rank}, {shape_name});")
         w(f"  if (!out{i}) DISC_FAIL(\"could not allocate output #{i}\");")
