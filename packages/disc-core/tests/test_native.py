@@ -452,6 +452,83 @@ def test_no_multi_output_fusion_through_a_cycle(compiler) -> None:
     assert kernels(exe) == {"loop": 2, "librarycall": 1}
 
 
+def test_two_kernels_that_would_write_each_others_inputs_are_replanned(compiler) -> None:
+    """Multi-output fusion that closes a cycle between kernels: the R1 kernel writes neg(x)
+    for R2 and reads exp(x) through a transpose; R2's kernel would write exp(x) and read
+    neg(x). The planner drops those extra outputs and plans again instead of failing."""
+    b = GraphBuilder("mutual")
+    N = b.symbol("N")
+    x = b.input("x", "f32", [N, N])
+    e, n = b.exp(x), b.neg(x)
+    r2 = b.add(e, n)
+    r1 = b.add(b.transpose(e, permutation=[1, 0]), n)
+    g = b.build(r1, r2)
+    for size in [0, 1, 3, 7]:
+        exe = check(compiler, g, [randn(size, size)])
+    assert kernels(exe) == {"loop": 2}  # exp and neg written once, both sums in one kernel
+
+
+@pytest.mark.parametrize("shapes", [[(2, 3), (2, 3, 5)], [(0, 3), (0, 3, 5)], [(2, 0), (2, 0, 5)],
+                                    [(2, 3), (2, 3, 0)], [(1, 1), (1, 1, 1)]])
+def test_column_reduction_of_a_broadcast_over_the_kept_dims(compiler, shapes) -> None:
+    """Bias gradient through a broadcast: reduce over [B, S] of g[B, S] broadcast to
+    [B, S, H] times x. The broadcast operand is read per row, in the column kernel."""
+    b = GraphBuilder("bias_grad")
+    B, S, H = b.symbol("B"), b.symbol("S"), b.symbol("H")
+    g = b.broadcast_in_dim(b.input("g", "f32", [B, S]), shape=[B, S, H],
+                           broadcast_dimensions=[0, 1])
+    x = b.input("x", "f32", [B, S, H])
+    graph = b.build(b.reduce(b.mul(g, x), kind="sum", axes=[0, 1]))
+    exe = check(compiler, graph, [randn(*s) for s in shapes], rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"column": 1}
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (0, 3, 4), (2, 0, 4), (3, 5, 0), (1, 1, 1)])
+def test_column_reduction_of_a_broadcast_of_some_kept_dims(compiler, shape) -> None:
+    """reduce over the leading dim of [N, S, H], reading a bias [H] broadcast over [N, S]:
+    the kept dims are flattened into the column index, the bias indexes one of them."""
+    b = GraphBuilder("partial_bias")
+    N, S, H = b.symbol("N"), b.symbol("S"), b.symbol("H")
+    bias = b.broadcast_in_dim(b.input("bias", "f32", [H]), shape=[N, S, H],
+                              broadcast_dimensions=[2])
+    y = b.input("y", "f32", [N, S, H])
+    graph = b.build(b.reduce(b.mul(y, b.exp(bias)), kind="sum", axes=[0]))
+    exe = check(compiler, graph, [randn(shape[2]), randn(*shape)], rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"column": 1}
+
+
+def test_column_reduction_of_a_possible_implicit_broadcast(compiler) -> None:
+    """x[M, H] broadcast to [N, H] where M may be 1 at run time: the strided version of a
+    column kernel must read row 0 for every row (it read x[r, c], past the end)."""
+    b = GraphBuilder("implicit_column")
+    N, M, H = b.symbol("N"), b.symbol("M"), b.symbol("H")
+    x, y = b.input("x", "f32", [M, H]), b.input("y", "f32", [N, H])
+    graph = b.build(b.reduce(b.mul(y, b.broadcast_in_dim(x, shape=[N, H],
+                                                         broadcast_dimensions=[0, 1])),
+                             kind="sum", axes=[0]))
+    same, bcst = [randn(6, 5), randn(6, 5)], [randn(1, 5), randn(6, 5)]
+    exe = check(compiler, graph, same)
+    check(compiler, graph, bcst)
+    check(compiler, graph, [randn(1, 0), randn(3, 0)])
+    check(compiler, graph, [randn(0, 4), randn(0, 4)])
+    assert _counters(exe, same) == {"kernel0.serial": 1, "kernel0.contiguous": 1}
+    assert _counters(exe, bcst) == {"kernel0.serial": 1, "kernel0.strided": 1}
+    assert kernels(exe) == {"column": 1}
+
+
+def test_column_reduction_of_a_padded_slice(compiler) -> None:
+    """Pads and slices inside a column kernel index per dim too."""
+    b = GraphBuilder("padded_column")
+    N, H = b.symbol("N"), b.symbol("H")
+    x = b.input("x", "f32", [N, H])
+    s = b.slice(b.exp(x), start=[0, 1], limit=[N, H], stride=[1, 1])
+    p = b.pad(s, b.constant(np.float32(1)), low=[1, 1], high=[0, 2], interior=[0, 0])
+    graph = b.build(b.reduce(p, kind="sum", axes=[0]))
+    for shape in [(3, 4), (0, 4), (1, 1), (5, 2)]:
+        exe = check(compiler, graph, [randn(*shape)], rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"column": 1, "loop": 1}  # exp(x) is a guarded (pad) operand
+
+
 def test_horizontal_fusion_of_independent_kernels(compiler) -> None:
     b = GraphBuilder("horizontal")
     N = b.symbol("N")

@@ -15,6 +15,7 @@ counter array):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from disc_runtime.native import ABI_TYPES, ABI_VERSION
@@ -261,12 +262,24 @@ class _KernelEmitter:
         if v.rank == 0 or all(d is None for d in m):
             return "0"
         n = self.n
-        if self.k.kind == "column":  # rows = reduced dims, columns = kept dims, flattened
-            return "r*C + c" if m == tuple(range(n)) else "c"
+        if self.k.kind == "column" and not (maybe and self.strided):
+            # rows = the reduced leading dims, columns = the kept dims, each flattened; in
+            # the contiguous version, dims that may be implicit broadcasts are known equal
+            a, space = self.col_axes, tuple(self.k.space)
+            shape = tuple(space[maybe[j]] if j in maybe else d for j, d in enumerate(v.shape))
+            if m == tuple(range(n)) and shape == space:
+                return "r*C + c"
+            if m == tuple(range(a, n)) and shape == space[a:]:
+                return "c"  # e.g. a bias broadcast along the reduced dims
+            if m == tuple(range(a)) and shape == space[:a]:
+                return "r"  # e.g. a per-row scale broadcast along the kept dims
+            # anything else (a broadcast of some of the dims, a slice, a pad, the strided
+            # version of a possible implicit broadcast): per-dim indices, below
         if not maybe and self.k.kind != "column" and tuple(v.shape) == tuple(self.k.space):
             if m == tuple(range(n)):
                 return "r*C + c"  # the common case: the value has the kernel's own layout
-        if not maybe and m == tuple(range(n - 1)) and tuple(v.shape) == tuple(self.k.space[:-1]):
+        if (not maybe and self.k.kind != "column" and m == tuple(range(n - 1))
+                and tuple(v.shape) == tuple(self.k.space[:-1])):
             return "r"
         st = _strides(v.shape)
         terms = []
@@ -620,15 +633,9 @@ class _KernelEmitter:
     def column_body(self) -> str:
         k = self.k
         reds = [o.producer for o in k.outputs]
-        a = len(reds[0].attrs["axes"])  # type: ignore[union-attr]
+        a = self.col_axes = len(reds[0].attrs["axes"])  # type: ignore[union-attr]
         rows = product(k.space[:a])
         cols = product(k.space[a:])
-        for (op_id, i), m in k.reads.items():
-            v = next(op.operands[i] for op in k.ops if id(op) == op_id)
-            ok = (v.rank == 0 or all(d is None for d in m) or m == tuple(range(self.n))
-                  or m == tuple(range(a, self.n)))
-            if not ok:
-                raise NativeUnsupported("column reduction reads a broadcast operand")
         self.var, self.scope = {}, set()
         init, body, store = [], [], []
         for j, red in enumerate(reds):
@@ -640,6 +647,7 @@ class _KernelEmitter:
             cone, x = self.operand_cone(red, 0, set())  # type: ignore[arg-type]
             body += cone + [_combine(kind, dt, f"acc{j}[c - c0]", x)]
             store.append(f"    for (int64_t c = c0; c < c1; ++c) out{j}[c] = acc{j}[c - c0];")
+        used = {int(d) for d in re.findall(r"\bi(\d+)\b", "\n".join(body))}
         lines = [
             f"  const int64_t R = {self.dim(rows)};",
             f"  const int64_t C = {self.dim(cols)};",
@@ -647,8 +655,10 @@ class _KernelEmitter:
             "    const int64_t c1 = c0 + 256 < C ? c0 + 256 : C;",
             *init,
             "    for (int64_t r = 0; r < R; ++r) {",
+            *["      " + s for s in self._decompose("r", range(a), used)],
             "      #pragma omp simd",
             "      for (int64_t c = c0; c < c1; ++c) {",
+            *["        " + s for s in self._decompose("c", range(a, self.n), used)],
             *["        " + s for s in body],
             "      }",
             "    }",
@@ -656,6 +666,22 @@ class _KernelEmitter:
             "  }",
         ]
         return "\n".join(lines) + "\n", f"(({self.dim(cols)}) + 255) / 256"
+
+    def _decompose(self, flat: str, dims: range, used: set[int]) -> list[str]:
+        """Per-dim indices ``i<d>`` of a column kernel's flattened row or column index, for
+        the reads and index computations that need them (most need none: reads in the
+        kernel's own layout use ``r`` and ``c`` directly)."""
+        if not used & set(dims):
+            return []
+        if len(dims) == 1:
+            return [f"const int64_t i{dims[0]} = {flat};"]
+        out = [f"int64_t rem_{flat} = {flat};"]
+        for d in reversed(dims[1:]):
+            size = self.dim(self.k.space[d])
+            out.append(f"const int64_t i{d} = rem_{flat} % {size}; rem_{flat} /= {size};")
+        out.append(f"const int64_t i{dims[0]} = rem_{flat};")
+        return out
+
 
 def _identity(kind: str, dt: DType) -> str:
     if kind == "sum":

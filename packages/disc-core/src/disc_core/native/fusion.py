@@ -279,7 +279,33 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
     roots a step. Kernels absorb producers whose users they contain; a producer whose value
     is also needed elsewhere joins as an extra output (multi-output fusion) when that cannot
     create a cycle. Independent kernels over the same space are then merged (horizontal
-    fusion) and the steps ordered by their data dependencies."""
+    fusion) and the steps ordered by their data dependencies.
+
+    Whether an extra output creates a cycle depends on kernels not formed yet (two kernels
+    may each write a value the other reads), so the steps are checked once formed: an extra
+    output on a cycle is banned and the graph planned again. Without extra outputs every
+    value a kernel writes is its root, which no earlier kernel can need, so this ends."""
+    banned: set[int] = set()
+    while True:
+        steps = _plan_steps(graph, banned)
+        try:
+            steps = _order_steps(steps)
+            break
+        except _Cycle as cycle:
+            extras = _extra_outputs_on(cycle.path, steps) - banned
+            if not extras:
+                raise NativeUnsupported("fusion produced a cycle between kernels") from None
+            banned |= extras
+    if horizontal:
+        steps = _order_steps(_merge_horizontally(steps))
+    for n, k in enumerate(s for s in steps if isinstance(s, Kernel)):
+        k.id = n
+    return FusionPlan(steps)
+
+
+def _plan_steps(graph: Graph, banned: set[int]) -> list[Step]:
+    """The steps of plan_fusion, unordered; values in ``banned`` (ids) are never written as
+    a kernel's extra output."""
     users = graph.users()
     needed: set[int] = {id(v) for v in graph.outputs}
     fused: set[int] = set()
@@ -303,7 +329,7 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             step = ScanCall(op)
             reads = list(op.operands)
         elif _fusible(op):
-            step = _grow_kernel(op, users, needed, ancestors, fused)
+            step = _grow_kernel(op, users, needed, ancestors, fused, banned)
             # duplicated ops (broadcast constants, iotas) stay unfused: a library call may
             # still need them in memory
             fused.update(id(o) for o in step.ops if not _duplicable(o))
@@ -312,12 +338,28 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             raise NativeUnsupported(f"op {op.name} has no native code path yet")
         needed.update(id(v) for v in reads)
         steps_rev.append(step)
-    steps = _order_steps(steps_rev[::-1])
-    if horizontal:
-        steps = _order_steps(_merge_horizontally(steps))
-    for n, k in enumerate(s for s in steps if isinstance(s, Kernel)):
-        k.id = n
-    return FusionPlan(steps)
+    return steps_rev[::-1]
+
+
+class _Cycle(NativeUnsupported):
+    """Steps that depend on each other: ``path[i]`` reads a value ``path[i + 1]`` writes,
+    and the last reads one the first writes."""
+
+    def __init__(self, path: list[int]):
+        super().__init__("fusion produced a cycle between kernels")
+        self.path = path
+
+
+def _extra_outputs_on(path: list[int], steps: list[Step]) -> set[int]:
+    """Ids of the values a cycle's steps exchange that a kernel writes as an extra output
+    (multi-output fusion; a kernel's first output is its root)."""
+    out: set[int] = set()
+    for i, n in enumerate(path):
+        reader, writer = steps[n], steps[path[(i + 1) % len(path)]]
+        if isinstance(writer, Kernel):
+            read = {id(v) for v in _step_values(reader)[0]}
+            out |= {id(v) for v in writer.outputs[1:] if id(v) in read}
+    return out
 
 
 @dataclass
@@ -361,15 +403,18 @@ def _order_steps(steps: list[Step]) -> list[Step]:
             for n, s in enumerate(steps)]
     out: list[int] = []
     state = [0] * len(steps)
+    stack: list[int] = []
 
     def visit(n: int) -> None:
         if state[n] == 2:
             return
         if state[n] == 1:
-            raise NativeUnsupported("fusion produced a cycle between kernels")
+            raise _Cycle(stack[stack.index(n):])
         state[n] = 1
+        stack.append(n)
         for d in sorted(deps[n]):
             visit(d)
+        stack.pop()
         state[n] = 2
         out.append(n)
 
@@ -471,7 +516,8 @@ def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
 
 
 def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
-                 ancestors: _Ancestry, fused: set[int] = frozenset()) -> Kernel:
+                 ancestors: _Ancestry, fused: set[int] = frozenset(),
+                 banned: set[int] = frozenset()) -> Kernel:
     """Absorb producers to a fixpoint: an op joins once every user of its result has joined
     and all of them index it the same way; then record how the kernel reads the rest."""
     axes = red_axes(root)
@@ -501,7 +547,8 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                 need = _agreed_map(k, v, users, members)
                 if need is None:
                     continue
-                verdict = _can_join(k, p, v, need, users, needed, members, root, ancestors)
+                verdict = _can_join(k, p, v, need, users, needed, members, root, ancestors,
+                                    banned)
                 if verdict and op.name == "concatenate" and not _duplicable(p):
                     k.split_concat = op
                 if verdict:
@@ -586,8 +633,8 @@ def _splits_inner_loop(k: Kernel, op: Op) -> bool:
 
 
 def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[Op]],
-              needed: set[int], members: dict[int, Op], root: Op, ancestors: _Ancestry
-              ) -> bool | str:
+              needed: set[int], members: dict[int, Op], root: Op, ancestors: _Ancestry,
+              banned: set[int] = frozenset()) -> bool | str:
     """False, True (fuse) or "output" (fuse and also write ``v``: multi-output fusion)."""
     if not _fusible(p) or not _dims_agree(v, need, k.space):
         return False
@@ -616,6 +663,8 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
         if k.kind == "column" or not (need == tuple(range(k.rank)) or row_level):
             return False
         if any(ancestors.depends_on(root, u) for u in external):
+            return False
+        if id(v) in banned:  # writing it here closed a cycle with another kernel
             return False
         verdict = "output"
     if becomes_row:
