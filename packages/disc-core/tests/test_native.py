@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from disc_core import Compiler, GraphBuilder, catalog, interpret
 from disc_core.interpreter import InputMismatchError
 from disc_core.native import build as native_build
+from disc_core.native import launch_counts
 from disc_core.native.build import build_native
 from disc_core.native.toolchain import CompilerNotFound
 from disc_core.opdef import InterpretError
@@ -639,6 +640,26 @@ def test_scatter_add_and_scatter_elements_add(compiler) -> None:
         ids_v = RNG.integers(0, v, n).astype(np.int64)  # repeats accumulate
         check(compiler, g, [randn(v, 4), ids_v, randn(n, 4), randn(n, 3),
                             RNG.integers(0, 3, (n, 1)).astype(np.int32), randn(n, 1)])
+
+
+def test_launch_counts_include_gemms_and_scatter_loops(compiler) -> None:
+    """What a coverage report shows per cluster: generated code (fused kernels, the serial
+    scatter loop) as kernels and each GEMM as a library call, never left out."""
+    b = GraphBuilder("launches")
+    N, V = b.symbol("N"), b.symbol("V")
+    x, w = b.input("x", "f32", [N, 8]), b.input("w", "f32", [8, 8])
+    ids = b.input("ids", "i64", [N])
+    table = b.input("table", "f32", [V, 8])
+    h = b.dot_general(b.exp(x), w, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                      rhs_contract=[0])
+    y = b.dot_general(b.tanh(h), w, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                      rhs_contract=[0])
+    g = b.build(b.scatter_add(table, ids, y, axis=0))
+    exe = check(compiler, g, [randn(5, 8), randn(8, 8), RNG.integers(0, 3, 5), randn(3, 8)],
+                rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"loop": 2, "librarycall": 2, "scattercall": 1}
+    assert launch_counts(exe.artifact.metadata["native"]) == (3, 2)
+    assert launch_counts(None) is None  # the reference engine launches nothing countable
 
 
 @pytest.mark.parametrize("lhs_batch, rhs_batch, lhs_contract, rhs_contract, lshape, rshape", [

@@ -66,11 +66,11 @@ def test_recorder_counts_compiles_and_cache_hits():
     g.clusters[0].cache_hits = g.clusters[0].cache_misses = 0
     g.clusters[0].compile_seconds = g.clusters[0].kernels = None
     rec = Collector().add_graph(g, framework="torch")
-    rec.cluster_compiled(0, seconds=2.0, kernels=4, fusions=3)
+    rec.cluster_compiled(0, seconds=2.0, kernels=4, fusions=3, library_calls=2)
     rec.cluster_compiled(0, seconds=0.5, cache_hit=True)
     c = rec.graph.clusters[0]
-    assert (c.cache_misses, c.cache_hits, c.compile_seconds, c.kernels, c.fusions) == (
-        1, 1, 2.5, 4, 3)
+    assert (c.cache_misses, c.cache_hits, c.compile_seconds, c.kernels, c.fusions,
+            c.library_calls) == (1, 1, 2.5, 4, 3, 2)
     with pytest.raises(KeyError):
         rec.cluster_call(99)
 

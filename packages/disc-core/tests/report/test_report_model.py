@@ -23,6 +23,7 @@ from disc_core.report import (
     SchemaVersionError,
     Status,
 )
+from disc_core.report.render_text import summary_line
 from disc_core.report.summary import format_pct, plural
 
 DOCS = Path(__file__).resolve().parents[4] / "docs" / "report-schema.md"
@@ -101,7 +102,8 @@ def reports(draw) -> Report:
         clusters = [
             ClusterRecord(
                 id=c, nodes=members[c], fusions=draw(st.none() | _counts),
-                kernels=draw(st.none() | _counts), compile_seconds=draw(_seconds),
+                kernels=draw(st.none() | _counts),
+                library_calls=draw(st.none() | _counts), compile_seconds=draw(_seconds),
                 cache_hits=draw(_counts), cache_misses=draw(_counts), calls=draw(_counts),
                 seconds=draw(_seconds),
             )
@@ -243,6 +245,30 @@ def test_schema_doc_documents_every_field_and_reason():
     for name in fields:
         assert f"`{name}`" in text, f"docs/report-schema.md does not document `{name}`"
     assert f"schema_version` | integer | `{SCHEMA_VERSION}`" in text
+
+
+def test_library_calls_are_an_optional_cluster_field_counted_apart_from_kernels():
+    """GEMMs are launched per call like kernels but are not generated code: a cluster says
+    how many in ``library_calls`` (optional: files written before it still read, and a
+    cluster without GEMMs may omit it); the summary adds them up and says so."""
+    report = samples.issue_example()
+    old = report.to_dict()
+    assert all("library_calls" not in c for g in old["graphs"] for c in g["clusters"])
+    assert Report.from_dict(old).graphs[0].clusters[0].library_calls is None
+    assert "library call" not in summary_line(report.summary())
+    clusters = report.graphs[0].clusters
+    clusters[0].library_calls, clusters[1].library_calls = 2, 1
+    data = json.loads(json.dumps(report.to_dict()))
+    assert [c.get("library_calls") for c in data["graphs"][0]["clusters"]] == [2, 1, None]
+    again = Report.from_dict(data)
+    assert [c.library_calls for c in again.graphs[0].clusters] == [2, 1, None]
+    s = again.summary()
+    assert (s.kernels, s.library_calls) == (9, 3)
+    assert "3 clusters, 9 kernels, 3 library calls;" in summary_line(s)
+    assert "`library_calls`" in DOCS.read_text()
+    with pytest.raises(ReportFormatError, match="library_calls"):
+        data["graphs"][0]["clusters"][0]["library_calls"] = -1
+        Report.from_dict(data)
 
 
 # ------------------------------------------------------------------ summary

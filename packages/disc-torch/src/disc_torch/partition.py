@@ -21,6 +21,7 @@ import torch
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from disc_core.clustering import Support, find_clusters
+from disc_core.native import launch_counts
 from disc_core.report import ReasonCode, get_collector, graph_report
 
 from .cluster import Clock, ClusterModule
@@ -253,11 +254,13 @@ def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | No
             module.fail(ReasonCode.COMPILE_ERROR, "no native code: " +
                         str(artifact.metadata.get("native_fallback", "unknown reason")))
             return
-        kernels = len(native.get("kernels", [])) if native else None
+        counts = launch_counts(native)  # generated kernels and GEMM calls, apart
+        kernels, library_calls = counts if counts else (None, None)
         fusions = sum(native.get("fusion", {}).values()) if native else None
         module._recorder.cluster_compiled(
             module.cluster_id, seconds=time.perf_counter() - start,
-            cache_hit=source != "miss", kernels=kernels, fusions=fusions)
+            cache_hit=source != "miss", kernels=kernels, fusions=fusions,
+            library_calls=library_calls)
         module.attach(low, exe)
 
     for module, low in zip(modules, lowered):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,23 @@ def native_target() -> str:
             warnings.warn(str(exc), RuntimeWarning, stacklevel=3)
             _warned = True
         return "reference"
+
+
+def launch_counts(native: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(kernels, library calls) one call of a native artifact launches, from its
+    ``metadata["native"]``; None for an artifact without native code (nothing counted).
+
+    Kernels are the code DISC generated: fused kernels plus the serial scatter and scan
+    loops; library calls are the GEMMs (``librarycall`` in the fusion summary). Coverage
+    reports show both (``kernels`` and ``library_calls`` of a cluster): counting only the
+    generated kernels made a GEMM-heavy cluster look like less work than it launches.
+    """
+    if not native:
+        return None
+    steps = native.get("fusion", {})
+    kernels = len(native.get("kernels", [])) + steps.get("scattercall", 0) + steps.get(
+        "scancall", 0)
+    return kernels, steps.get("librarycall", 0)
 
 
 def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:

@@ -62,8 +62,11 @@ class GraphRecorder:
         cache_hit: bool = False,
         kernels: int | None = None,
         fusions: int | None = None,
+        library_calls: int | None = None,
     ) -> None:
-        """One compilation (or cache lookup) of a cluster finished."""
+        """One compilation (or cache lookup) of a cluster finished. ``kernels`` and
+        ``library_calls`` are what one call launches
+        (:func:`disc_core.native.launch_counts` reads them from a native artifact)."""
         cluster = self._clusters[cluster_id]
         with self._lock:
             if cache_hit:
@@ -76,6 +79,8 @@ class GraphRecorder:
                 cluster.kernels = kernels
             if fusions is not None:
                 cluster.fusions = fusions
+            if library_calls is not None:
+                cluster.library_calls = library_calls
 
     def cluster_failed(self, cluster_id: int, reason: ReasonCode, detail: str) -> None:
         """The cluster failed to compile or run; its nodes fall back from now on."""

@@ -157,6 +157,9 @@ class ClusterRecord:
     nodes: list[str]
     fusions: int | None = None
     kernels: int | None = None
+    #: GEMMs and other library routines per call: not in ``kernels``, which counts the
+    #: code DISC generated, yet each is a launch as costly as a kernel's
+    library_calls: int | None = None
     compile_seconds: float | None = None
     cache_hits: int = 0
     cache_misses: int = 0
@@ -165,7 +168,7 @@ class ClusterRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "nodes": list(self.nodes)}
-        for key in ("fusions", "kernels", "compile_seconds"):
+        for key in ("fusions", "kernels", "library_calls", "compile_seconds"):
             _put(out, key, getattr(self, key))
         out.update(cache_hits=self.cache_hits, cache_misses=self.cache_misses, calls=self.calls)
         _put(out, "seconds", self.seconds)
@@ -183,6 +186,7 @@ class ClusterRecord:
             nodes=names,
             fusions=f.count("fusions", optional=True),
             kernels=f.count("kernels", optional=True),
+            library_calls=f.count("library_calls", optional=True),
             compile_seconds=f.number("compile_seconds", optional=True),
             cache_hits=f.count("cache_hits", default=0),
             cache_misses=f.count("cache_misses", default=0),

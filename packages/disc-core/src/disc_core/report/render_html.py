@@ -226,11 +226,12 @@ def _sections(report: Report, s: Summary) -> list[str]:
                   if n.cluster is not None}
         out.append(_table(
             ["graph", "cluster", "status", "nodes", "op types", "fusions", "kernels",
-             "compile (s)", "cache hits", "cache misses", "calls", "time (s)"],
+             "library calls", "compile (s)", "cache hits", "cache misses", "calls", "time (s)"],
             [f"<td>{_e(g.name)}</td>" + _num(c.id)
              + f"<td>{_e(status.get((id(g), c.id), Status.COMPILED).value)}</td>"
              + _num(len(c.nodes)) + f"<td>{_e(_cluster_ops(g, c))}</td>"
-             + _num(c.fusions) + _num(c.kernels) + _num(c.compile_seconds, "{:.3f}")
+             + _num(c.fusions) + _num(c.kernels) + _num(c.library_calls)
+             + _num(c.compile_seconds, "{:.3f}")
              + _num(c.cache_hits) + _num(c.cache_misses) + _num(c.calls)
              + _num(c.seconds, "{:.3f}") for g, c in clusters]))
     else:

@@ -32,6 +32,8 @@ def summary_line(summary: Summary, *, top: int = 3) -> str:
     if summary.kernels is not None:  # "9+ kernels": some clusters have no kernel count
         n = summary.kernels
         parts.append(f"{n}+ kernels" if summary.kernels_partial else plural(n, "kernel"))
+    if summary.library_calls:  # GEMMs: launched per call like kernels, counted apart
+        parts.append(plural(summary.library_calls, "library call"))
     line = ", ".join(parts)
     if summary.top_fallbacks:
         return f"{line}; top fallbacks: {fallback_items(summary.top_fallbacks, top)}"

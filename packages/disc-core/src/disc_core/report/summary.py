@@ -71,6 +71,8 @@ class Summary:
     cluster_calls: int = 0
     cluster_seconds: float | None = None
     fallback_seconds: float | None = None
+    #: Library calls (GEMMs) per call of every cluster that reported them; not in ``kernels``.
+    library_calls: int | None = None
 
     @property
     def fallback(self) -> int:
@@ -99,6 +101,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
     ops = compiled = clusters = failed = calls = cluster_calls = hits = misses = 0
     kernels: int | None = None
     fusions: int | None = None
+    library_calls: int | None = None
     uncounted = 0
     flops: float | None = None
     flops_compiled: float | None = None
@@ -140,6 +143,8 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
                 uncounted += 1
             if cluster.fusions is not None:
                 fusions = (fusions or 0) + cluster.fusions
+            if cluster.library_calls is not None:
+                library_calls = (library_calls or 0) + cluster.library_calls
             compile_s = _add(compile_s, cluster.compile_seconds)
             cluster_s = _add(cluster_s, cluster.seconds)
             hits += cluster.cache_hits
@@ -163,6 +168,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
         kernels=kernels,
         fusions=fusions,
         kernels_partial=kernels is not None and uncounted > 0,
+        library_calls=library_calls,
         reasons=dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0].value))),
         top_fallbacks=top,
         op_types=op_types,
