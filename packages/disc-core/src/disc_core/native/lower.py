@@ -174,6 +174,11 @@ def lower_convolutions(graph: Graph) -> None:
         og = o_feat // groups
         nb = n // bgc
         taps = product(ksizes)
+        # NCHW-like outputs: the GEMM writes [O, N, spatial...] (weights times patches), so
+        # the transpose to the output layout moves whole contiguous spatial rows; the
+        # patches-times-weights orientation would leave the channels innermost and every
+        # consumer (batch norm, pooling) reading the result with a channel-sized stride.
+        features_first = ol.index("C") < min(ol.index(ch) for ch in sp) if sp else False
         parts = []
         for g in range(groups):
             b0, b1 = (g * nb, (g + 1) * nb) if bgc > 1 else (0, n)
@@ -187,11 +192,17 @@ def lower_convolutions(graph: Graph) -> None:
                                             limit=[*w.shape[:-1], (g + 1) * og],
                                             stride=[1] * w.rank)
             ws = emit("reshape", ws, shape=[taps * i_feat, og])
-            y = emit("dot_general", pg, ws, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
-                     rhs_contract=[0])
-            parts.append(emit("reshape", y, shape=[b1 - b0, *outs, og]))
-        y = parts[0] if groups == 1 else emit("concatenate", *parts, dimension=lhs.rank - 1)
-        src = ["N", *sp, "C"]
+            if features_first:
+                y = emit("dot_general", ws, pg, lhs_batch=[], rhs_batch=[], lhs_contract=[0],
+                         rhs_contract=[1])
+                parts.append(emit("reshape", y, shape=[og, b1 - b0, *outs]))
+            else:
+                y = emit("dot_general", pg, ws, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                         rhs_contract=[0])
+                parts.append(emit("reshape", y, shape=[b1 - b0, *outs, og]))
+        axis = 0 if features_first else lhs.rank - 1
+        y = parts[0] if groups == 1 else emit("concatenate", *parts, dimension=axis)
+        src = ["C", "N", *sp] if features_first else ["N", *sp, "C"]
         y = emit("transpose", y, permutation=[src.index(ch) for ch in ol])
         if y.type != res.type:
             raise NativeUnsupported(f"convolution lowering produced {y.type}, expected "
