@@ -349,3 +349,34 @@ def test_add_n_and_static_one_broadcast():
     sig = [tf.TensorSpec([None, 1], F32), tf.TensorSpec([1, None], F32)]
     sets = [(rand([n, 1], F32, 1), rand([1, m], F32, 2)) for n, m in zip(ROWS, (3, 1, 4, 2))]
     check_parity(fn, sets, compiled_ops=["AddN", "AddV2", "Mul"], input_signature=sig)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_erfc(dtype):
+    check_parity(lambda x: tf.math.erfc(x) * 1.5, one(dtype), compiled_ops=["Erfc"])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, I32, I64])
+def test_unsorted_segment_sum(dtype):
+    """Negative ids are dropped, as in TF (ids >= num_segments are an error in TF; DISC
+    drops them too, see docs/tf.md)."""
+    def fn(data, ids):
+        return tf.math.unsorted_segment_sum(data, ids, 5)
+
+    sets = [(rand([n, 3], dtype, 1), rand([n], I32, 2, 0, 1)) for n in ROWS]  # ids -3..4
+    check_parity(fn, sets, compiled_ops=["UnsortedSegmentSum"])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_reduction_gradient_shape_folding(dtype):
+    """TF's reduction gradients build the kept-dims shape with FloorMod, Fill and
+    DynamicStitch; a transpose's gradient inverts its permutation: all fold to known
+    values, so the gradient's Reshape/Transpose get symbolic dims and compile."""
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_mean(tf.transpose(x, [2, 0, 1]), axis=[0, 2])
+        return y, tape.gradient(y, x, output_gradients=tf.sin(y) + 1.0)
+
+    sets = [(rand([n, m, 4], dtype, 1),) for n, m in zip(ROWS, (3, 7, 1, 4))]
+    check_parity(fn, sets, compiled_ops=["DynamicStitch", "InvertPermutation", "Reshape"])

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 
+from disc_core.clustering import Cluster, ClusteringResult
 from disc_core.compiler import Compiler
 from disc_core.report import ReasonCode, configure, get_collector, graph_report
 
@@ -247,6 +248,16 @@ class DiscFunction:
             warn_once(f"DISC: function {name} runs in TensorFlow: analyzing its graph failed "
                       f"({type(exc).__name__}: {exc})")
             return entry
+        mode_error: Exception | None = None
+        attempts: list[_Attempt] = []
+        if analysis.clustering.clusters:
+            try:
+                mode = self._mode()
+            except Exception as exc:
+                mode_error = exc
+            else:
+                attempts = self._compile(cf, analysis, mode == "custom_op")
+                analysis.clustering = _split_clustering(analysis.clustering, attempts)
         report = graph_report(name, analysis.nodes, analysis.clustering,
                               op_type=lambda op: op.type, support=analysis.verdicts,
                               node_name=lambda op: op.name)
@@ -255,14 +266,12 @@ class DiscFunction:
         entry.recorder = recorder
         if not analysis.clustering.clusters:
             return entry
-        try:
-            mode = self._mode()
-        except Exception as exc:
+        if mode_error is not None:
             for c in analysis.clustering.clusters:
-                recorder.cluster_failed(c.id, ReasonCode.COMPILE_ERROR, str(exc))
-            warn_once(f"DISC: function {name} runs in TensorFlow: {exc}")
+                recorder.cluster_failed(c.id, ReasonCode.COMPILE_ERROR, str(mode_error))
+            warn_once(f"DISC: function {name} runs in TensorFlow: {mode_error}")
             return entry
-        launches = self._compile(cf, analysis, recorder, mode == "custom_op")
+        launches = self._record(cf, attempts, recorder)
         if not launches:
             return entry
         try:
@@ -282,55 +291,110 @@ class DiscFunction:
                                           f"{len(launch.lowered.members)} ops of {name}")
         return entry
 
-    def _compile(self, cf: Any, analysis: Analysis, recorder: Any, native: bool
-                 ) -> list[Launch]:
+    def _compile(self, cf: Any, analysis: Analysis, native: bool) -> list[_Attempt]:
+        """Lower and compile every cluster. A cluster whose native compilation fails is
+        split in two along its topological order and each half retried (down to
+        ``min_cluster_size``), so one construct the native engine cannot fuse keeps only
+        its own neighbourhood in TensorFlow. A prefix/suffix split never closes a cycle:
+        nothing in the prefix depends on the suffix, and any path from the prefix
+        through other ops back into the suffix already existed."""
         readers: dict[str, set[tf.Operation]] = {}
         for op in analysis.order:
             for t in op.inputs:
                 readers.setdefault(t.name, set()).add(op)
         outputs = {t.name for t in cf.outputs}
         compiler = get_compiler(self._config.target)
-        launches: list[Launch] = []
-        for cluster in analysis.clustering.clusters:
-            members = list(cluster.nodes)
+        attempts: list[_Attempt] = []
+
+        def attempt(members: list[tf.Operation], depth: int) -> None:
             member_set = set(members)
             outside = {t.name: t.name in outputs or any(r not in member_set
                                                         for r in readers.get(t.name, ()))
                        for op in members for t in op.outputs}
-            what = f"a cluster of {len(members)} ops"
+            a = _Attempt(members)
             try:
-                low = lower_cluster(analysis, members, outside, "disc_cluster")
+                a.lowered = lower_cluster(analysis, members, outside, "disc_cluster")
             except Exception as exc:
-                _fail(recorder, cluster.id, what, ReasonCode.COMPILE_ERROR,
-                      f"lowering failed: {type(exc).__name__}: {exc}")
-                continue
-            if not low.graph.outputs:  # it only forwards its inputs: nothing to run
-                recorder.cluster_failed(cluster.id, ReasonCode.COMPILE_ERROR,
-                                        "nothing to compute (the cluster only forwards "
-                                        "its inputs)")
-                continue
+                a.error = f"lowering failed: {type(exc).__name__}: {exc}"
+                attempts.append(a)
+                return
+            if not a.lowered.graph.outputs:  # it only forwards its inputs: nothing to run
+                a.error, a.quiet = ("nothing to compute (the cluster only forwards its "
+                                    "inputs)"), True
+                attempts.append(a)
+                return
             try:
-                exe, source, seconds = compile_cluster(compiler, low, native)
+                a.exe, a.source, a.seconds = compile_cluster(compiler, a.lowered, native)
             except Exception as exc:
-                _fail(recorder, cluster.id, what, ReasonCode.COMPILE_ERROR,
-                      f"{type(exc).__name__}: {exc}")
+                half = len(members) // 2
+                if depth < _MAX_SPLITS and half >= max(self._config.min_cluster_size, 2):
+                    attempt(members[:half], depth + 1)
+                    attempt(members[half:], depth + 1)
+                    return
+                a.error = f"{type(exc).__name__}: {exc}"
+            attempts.append(a)
+
+        for cluster in analysis.clustering.clusters:
+            attempt(list(cluster.nodes), 0)
+        return attempts
+
+    def _record(self, cf: Any, attempts: list[_Attempt], recorder: Any) -> list[Launch]:
+        """Report each attempt (the clustering already lists them) and make launches."""
+        launches: list[Launch] = []
+        for cid, a in enumerate(attempts):
+            what = f"a cluster of {len(a.members)} ops"
+            if a.error is not None:
+                if a.quiet:
+                    recorder.cluster_failed(cid, ReasonCode.COMPILE_ERROR, a.error)
+                else:
+                    _fail(recorder, cid, what, ReasonCode.COMPILE_ERROR, a.error)
                 continue
-            native_meta = exe.artifact.metadata.get("native") or {}
+            low = a.lowered
+            native_meta = a.exe.artifact.metadata.get("native") or {}
             recorder.cluster_compiled(
-                cluster.id, seconds=seconds, cache_hit=source != "miss",
+                cid, seconds=a.seconds, cache_hit=a.source != "miss",
                 kernels=len(native_meta.get("kernels", [])) if native_meta else None,
                 fusions=sum(native_meta.get("fusion", {}).values()) if native_meta else None)
+            member_set = set(a.members)
             fed = {t.name for t in low.inputs}
             extra: list[tf.Tensor] = []
             seen: set[str] = set(fed)
-            for op in members:
+            for op in a.members:
                 for t in op.inputs:
                     if t.op not in member_set and t.name not in seen:
                         seen.add(t.name)
                         extra.append(t)
-            key = f"{low.key}-{id(cf)}-{cluster.id}"
-            launches.append(Launch(cluster.id, low, exe, key, extra))
+            key = f"{low.key}-{id(cf)}-{cid}"
+            launches.append(Launch(cid, low, a.exe, key, extra))
         return launches
+
+
+#: how many times a cluster that fails to compile natively may be halved
+_MAX_SPLITS = 4
+
+
+@dataclass
+class _Attempt:
+    """One cluster (or a piece of one) and the outcome of lowering and compiling it."""
+
+    members: list[tf.Operation]
+    lowered: Any = None
+    exe: Any = None
+    source: str = ""
+    seconds: float = 0.0
+    error: str | None = None
+    quiet: bool = False  # a failure that is not worth a warning
+
+
+def _split_clustering(clustering: ClusteringResult, attempts: list[_Attempt]
+                      ) -> ClusteringResult:
+    """The clustering with every attempt as its own cluster (ids in attempt order)."""
+    out = ClusteringResult(excluded=dict(clustering.excluded))
+    for cid, a in enumerate(attempts):
+        out.clusters.append(Cluster(cid, tuple(a.members)))
+        for op in a.members:
+            out.cluster_of[op] = cid
+    return out
 
 
 def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: str) -> None:

@@ -69,6 +69,9 @@ class OpLibrary:
 _lock = threading.Lock()
 _loaded: dict[Path, OpLibrary] = {}
 _builds = 0
+#: a build that failed in this process is not retried (each DISC function would otherwise
+#: spend a compiler run on it); the next process tries again
+_failed: dict[Path, CustomOpUnavailable] = {}
 
 
 def build_count() -> int:
@@ -93,11 +96,19 @@ def library_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _compiler() -> str:
-    for cand in (os.environ.get("DISC_CXX"), os.environ.get("CXX"), "c++", "g++", "clang++"):
+    """``DISC_CXX`` when set (it must exist: a named compiler is never silently replaced),
+    else ``CXX``, ``c++``, ``g++``, ``clang++``."""
+    chosen = os.environ.get("DISC_CXX")
+    if chosen:
+        if shutil.which(chosen):
+            return shutil.which(chosen)  # type: ignore[return-value]
+        raise CustomOpUnavailable(f"DISC_CXX={chosen} is not an executable: the DiscLaunch "
+                                  "custom op cannot be built")
+    for cand in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if cand and shutil.which(cand):
             return shutil.which(cand)  # type: ignore[return-value]
-    raise CustomOpUnavailable("no C++ compiler found (set CXX or install g++): the DiscLaunch "
-                              "custom op cannot be built")
+    raise CustomOpUnavailable("no C++ compiler found (install g++, or set CXX/DISC_CXX): the "
+                              "DiscLaunch custom op cannot be built")
 
 
 def _build(target: Path) -> None:
@@ -130,7 +141,13 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
         if lib is not None and target.exists():
             return lib
         if not target.exists():
-            _build(target)
+            if target in _failed:
+                raise _failed[target]
+            try:
+                _build(target)
+            except CustomOpUnavailable as exc:
+                _failed[target] = exc
+                raise
         module = tf.load_op_library(str(target))
         cdll = ctypes.CDLL(str(target))
         cdll.disc_tf_take_failures.restype = ctypes.c_int64

@@ -263,11 +263,14 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
     # symbols no input binds becomes a fresh symbol (its relation to others is lost, never
     # wrong)
     fed = [t for t in external if not _static_known(analysis, t)]
-    fed_names = {t.name for t in fed}
     bound: set[str] = set()
     for t in fed:
         if t.name in analysis.types:
             bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
+    for t in _binders(analysis, members, fed, bound):
+        fed.append(t)
+        bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
+    fed_names = {t.name for t in fed}
     ctx = Lowering(name)
     for t in external:
         k = analysis.known.get(t.name)
@@ -333,6 +336,70 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
     graph.outputs = graph_outputs
     graph.verify()
     return LoweredCluster(graph, members, inputs, outputs, index, passthrough)
+
+
+def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tensor],
+             bound: set[str]) -> list[tf.Tensor]:
+    """Extra inputs that bind the symbols of shapes computed outside the cluster.
+
+    A shape such as ``Shape(x)`` computed in another cluster (or by TF) arrives as data,
+    but converters need it as dims (a ``Reshape`` target). When no fed input has those
+    dims, a tensor that has them (preferably a function argument) is fed as well: the
+    module only reads its dims (zero-copy, never its data). A tensor qualifies only if
+    reading it cannot close a cycle: neither it nor any op of its cluster may depend on
+    this cluster (reachability over the graph with every cluster contracted)."""
+    wanted: set[str] = set()
+    for t in fed:
+        k = analysis.known.get(t.name)
+        if k is not None and k.dtype == object:
+            wanted |= _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
+    wanted -= bound
+    if not wanted:
+        return []
+    consumers: dict[tf.Operation, list[tf.Operation]] = {}
+    for op in analysis.order:
+        for p in {t.op for t in op.inputs} | set(op.control_inputs):
+            consumers.setdefault(p, []).append(op)
+    cluster_of = analysis.clustering.cluster_of
+    by_cluster: dict[int, list[tf.Operation]] = {}
+    for op, cid in cluster_of.items():
+        by_cluster.setdefault(cid, []).append(op)
+    after: set[tf.Operation] = set()
+    stack = list(members)
+    while stack:  # everything downstream of the cluster, clusters contracted
+        op = stack.pop()
+        for c in consumers.get(op, ()):
+            if c in after:
+                continue
+            after.add(c)
+            stack.append(c)
+            cid = cluster_of.get(c)
+            if cid is not None:
+                stack.extend(m for m in by_cluster[cid] if m not in after)
+                after.update(by_cluster[cid])
+    member_set = set(members)
+    read_outside: set[str] = set()  # tensors of clustered ops that stay visible
+    for op in analysis.order:
+        for t in op.inputs:
+            if cluster_of.get(t.op) is not None and cluster_of.get(t.op) != cluster_of.get(op):
+                read_outside.add(t.name)
+    found: list[tf.Tensor] = []
+    candidates = sorted((op for op in analysis.order if op not in member_set and
+                         op not in after), key=lambda op: op.type != "Placeholder")
+    for op in candidates:
+        for t in op.outputs:
+            v = analysis.types.get(t.name)
+            if v is None or analysis.known.get(t.name) is not None:
+                continue
+            if cluster_of.get(op) is not None and t.name not in read_outside:
+                continue  # a cluster's internal value: gone once the cluster is replaced
+            syms = {d.symbol_name for d in v.shape if d.is_symbol} & wanted
+            if syms:
+                found.append(t)
+                wanted -= syms
+        if not wanted:
+            break
+    return found
 
 
 def _static_known(analysis: Analysis, t: tf.Tensor) -> bool:

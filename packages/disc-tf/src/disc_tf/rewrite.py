@@ -172,6 +172,18 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
         for m in members:
             control_remap[m] = name
         dropped |= members
+    def resolve(inp: str) -> str:
+        """Follow the remap to a tensor that survives: a launch output may pass an input
+        through, and that input may itself be another launch's output."""
+        seen: set[str] = set()
+        while inp not in seen:
+            seen.add(inp)
+            nxt = remap.get(inp, remap.get(inp[:-2], inp) if inp.endswith(":0") else inp)
+            if nxt == inp:
+                break
+            inp = nxt
+        return inp
+
     # members whose outputs nobody outside reads still order the launch: keep their
     # control successors waiting on it
     out = graph_pb2.GraphDef()
@@ -192,8 +204,7 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
                     seen_ctrl.add(target)
                     node.input.append("^" + target)
             else:
-                node.input.append(remap.get(inp, remap.get(inp + ":0", inp)
-                                            if inp.endswith(":0") else inp))
+                node.input.append(resolve(inp))
         out.node.append(node)
     for node in new_nodes:  # a launch may read another launch's results
         inputs = list(node.input)
@@ -202,11 +213,11 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
             if inp.startswith("^"):
                 node.input.append("^" + control_remap.get(inp[1:], inp[1:]))
             else:
-                node.input.append(remap.get(inp, inp))
+                node.input.append(resolve(inp))
     out.node.extend(new_nodes)
     captures = {internal.name.split(":")[0]: external
                 for external, internal in cf.graph.captures}
-    outputs = [_tensor_name(remap.get(gd_name(t.name), gd_name(t.name))) for t in cf.outputs]
+    outputs = [_tensor_name(resolve(gd_name(t.name))) for t in cf.outputs]
     new = wrap_function.function_from_graph_def(out, [t.name for t in cf.inputs], outputs,
                                                 captures)
     new._function_type = cf.function_type  # noqa: SLF001  (as TF-TRT's converter does)

@@ -381,3 +381,11 @@ def cast(ctx: Lowering, op: tf.Operation) -> Any:
     if k is not None and k.size <= 64 and to.is_int and op.inputs[0].dtype.is_integer:
         return Known(k)  # sizes stay sizes through int casts
     return ctx.cast(ctx.value(op.inputs[0]), to)
+
+
+@converter("Erfc", dtypes=FLOAT_DTYPES)
+def erfc(ctx: Lowering, op: tf.Operation) -> Value:
+    """``1 - erf(x)`` (Keras's exact GELU and its gradient use it). Its absolute error is
+    erf's; the relative error grows in the far right tail where erfc is tiny."""
+    x = ctx.value(op.inputs[0])
+    return ctx.op("sub", ctx.full(1, x.dtype, x.shape), ctx.op("erf", x))

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, product, smax, smin
+from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, mod, product, smax, smin
 
 from ..lowering import ConversionError, Lowering, core_dtype, known_array
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, Known, converter
@@ -55,7 +55,7 @@ def _fold(fn: Callable[[Any, Any], Any], ctx: Lowering, op: tf.Operation) -> Kno
 
 _FOLDERS: dict[str, Callable[[Any, Any], Any]] = {
     "AddV2": operator.add, "Add": operator.add, "Sub": operator.sub, "Mul": operator.mul,
-    "FloorDiv": floordiv, "Maximum": lambda a, b: smax(a, b),
+    "FloorDiv": floordiv, "FloorMod": mod, "Maximum": lambda a, b: smax(a, b),
     "Minimum": lambda a, b: smin(a, b),
 }
 
@@ -145,8 +145,14 @@ def broadcast_args(ctx: Lowering, op: tf.Operation) -> Any:
 # -- creation -----------------------------------------------------------------------------
 
 @converter("Fill", dtypes=ALL_DTYPES)
-def fill(ctx: Lowering, op: tf.Operation) -> Value:
+def fill(ctx: Lowering, op: tf.Operation) -> Any:
+    """A small integer fill of a known value and static size is folded (shape arithmetic,
+    e.g. the ones of a reduction gradient's kept-dims shape)."""
     dims = ctx.dims(op.inputs[0], "Fill dims")
+    value = _known_int(ctx, op.inputs[1])
+    if value is not None and all(d.is_const for d in dims) and \
+            int(np.prod([d.value for d in dims])) <= MAX_KNOWN:
+        return Known(np.full([d.value for d in dims], value.reshape(()).item(), dtype=object))
     return ctx.broadcast_to(ctx.value(op.inputs[1]), dims)
 
 
@@ -588,3 +594,55 @@ def select_v2(ctx: Lowering, op: tf.Operation) -> Value:
     return ctx.op("select", c, a, b)
 
 
+
+
+@converter("InvertPermutation", dtypes=SIZE_DTYPES)
+def invert_permutation(ctx: Lowering, op: tf.Operation) -> Known:
+    """Folded: the permutation of a transpose's gradient is known when the forward's is."""
+    perm = ctx.static_ints(op.inputs[0], "the permutation")
+    if sorted(perm) != list(range(len(perm))):
+        raise ConversionError(f"{perm} is not a permutation")
+    return Known(np.argsort(np.asarray(perm)).astype(op.outputs[0].dtype.as_numpy_dtype))
+
+
+@converter("UnsortedSegmentSum", dtypes=NUMERIC_DTYPES)
+def unsorted_segment_sum(ctx: Lowering, op: tf.Operation) -> Value:
+    """``scatter_add`` into zeros of ``[num_segments, ...]``. TensorFlow drops ids outside
+    ``[0, num_segments)``; scatter_add clamps them, so their rows are zeroed first."""
+    data, ids = ctx.value(op.inputs[0]), ctx.value(op.inputs[1])
+    n = ctx.known_ints(op.inputs[2], "num_segments")
+    if len(n) != 1:
+        raise ConversionError("num_segments must be a scalar")
+    if ids.rank > data.rank or any(
+            a != b and not ((a.is_const or a.is_symbol) and (b.is_const or b.is_symbol))
+            for a, b in zip(data.shape[:ids.rank], ids.shape)):
+        # different plain symbols are taken as equal (TF requires it; the module checks)
+        raise ConversionError(f"segment ids {ids.shape} do not prefix data {data.shape}")
+    ids = ctx.reshape(ids, list(data.shape[:ids.rank])) if ids.rank else ids
+    rest = list(data.shape[ids.rank:])
+    out_shape = [as_expr(n[0])] + rest
+    count = ctx.size_value(as_expr(n[0]), ids.dtype)
+    ok = ctx.op("and", ctx.op("compare", ids, ctx.full(0, ids.dtype, ids.shape),
+                              direction="ge"),
+                ctx.op("compare", ids, ctx.broadcast_to(count, ids.shape), direction="lt"))
+    ok = ctx.op("broadcast_in_dim", ok, shape=list(data.shape),
+                broadcast_dimensions=list(range(ids.rank)))
+    data = ctx.op("select", ok, data, ctx.full(0, data.dtype, data.shape))
+    return ctx.op("scatter_add", ctx.full(0, data.dtype, out_shape), ids, data, axis=0)
+
+
+@converter("DynamicStitch", "ParallelDynamicStitch", dtypes=SIZE_DTYPES)
+def dynamic_stitch(ctx: Lowering, op: tf.Operation) -> Known:
+    """Folded on known values only: TF's gradient of a reduction builds the kept-dims
+    shape with it (``merged[indices[m][i]] = data[m][i]``, later pieces winning)."""
+    n = len(op.inputs) // 2
+    merged: dict[int, Any] = {}
+    for idx_t, data_t in zip(op.inputs[:n], op.inputs[n:]):
+        idx = ctx.static_ints(idx_t, "DynamicStitch indices")
+        data = ctx.known_ints(data_t, "DynamicStitch data")
+        if len(idx) != len(data):
+            raise ConversionError("DynamicStitch with non-scalar pieces")
+        merged.update(zip(idx, data))
+    if sorted(merged) != list(range(len(merged))):
+        raise ConversionError(f"DynamicStitch indices {sorted(merged)} leave gaps")
+    return Known(known_array([merged[i] for i in range(len(merged))]))
