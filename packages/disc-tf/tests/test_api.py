@@ -166,3 +166,19 @@ def test_keras_fit_matches_plain_tensorflow():
     # 20 distinct sequence lengths, one trace: every compilation happens in the first step
     # (clusters, and the halves tried for a cluster the native engine refused)
     assert compiles[-1] == compiles[20] > before
+
+
+def test_function_needing_a_static_dim_is_traced_per_shape():
+    """A Keras layer called directly needs its feature dim static; relaxing it fails the
+    trace, so DISC warns once and traces per shape, with correct results."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    norm = keras.layers.LayerNormalization()
+    norm(rand([1, 1, 8]))  # built: its weights exist before the function is traced
+    f = disc_tf.function(lambda x: norm(x) * 2.0)
+    with pytest.warns(disc_tf.DiscFallbackWarning, match="traced per shape"):
+        got = f(rand([3, 4, 8]))
+    assert_same(got, norm(rand([3, 4, 8])) * 2.0)
+    assert_same(f(rand([5, 2, 8])), norm(rand([5, 2, 8])) * 2.0)
+    assert f.uses_disc()

@@ -97,6 +97,13 @@ def _key_of(x: Any) -> Any:
         else ("id", id(x))
 
 
+def _exact_key_of(x: Any) -> Any:
+    """Like :func:`_key_of` with the concrete shape (per-shape tracing)."""
+    if isinstance(x, (tf.Tensor, np.ndarray)) and not isinstance(x, tf.RaggedTensor):
+        return ("S", tf.as_dtype(x.dtype).name, tuple(x.shape))
+    return _key_of(x)
+
+
 @dataclass
 class _Entry:
     """One traced signature: the rebuilt function (None: run the plain tf.function)."""
@@ -125,6 +132,7 @@ class DiscFunction:
         self._pinned = tf_kwargs.get("input_signature") is not None
         self._tf = _ORIGINAL_FUNCTION(python_function, **tf_kwargs)
         self._entries: dict[str, _Entry] = {}
+        self._static_keys: set[str] = set()
         self._entry_lock = threading.Lock()
         functools.update_wrapper(self, python_function)
         self._instance: Any = None
@@ -167,12 +175,29 @@ class DiscFunction:
         key = repr(tf.nest.map_structure(_key_of, (r_args, r_kwargs)))
         if self._pinned:  # the input_signature fixes the traced shapes
             r_args, r_kwargs = args, kwargs
+        if key in self._static_keys:  # relaxing failed for this signature before
+            key = repr(tf.nest.map_structure(_exact_key_of, (args, kwargs)))
+            r_args, r_kwargs = args, kwargs
         entry = self._entries.get(key)
         if entry is None:
             with self._entry_lock:
                 entry = self._entries.get(key)
                 if entry is None:
-                    entry = self._build(r_args, r_kwargs)
+                    try:
+                        entry = self._build(r_args, r_kwargs)
+                    except Exception as exc:
+                        if self._pinned or r_args is args:
+                            raise
+                        # the Python function needs some dim static (a Keras layer
+                        # building its weights from the feature dim): trace with the
+                        # call's shapes, one compilation per shape
+                        warn_once(f"DISC: tracing {getattr(self, '__name__', 'a function')} "
+                                  f"with every dim dynamic failed ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0][:200]}); it is traced per shape "
+                                  "instead (pin the dynamic dims with input_signature)")
+                        self._static_keys.add(key)
+                        key = repr(tf.nest.map_structure(_exact_key_of, (args, kwargs)))
+                        entry = self._build(args, kwargs)
                     self._entries[key] = entry
         if entry.rebuilt is None:
             start = time.perf_counter()

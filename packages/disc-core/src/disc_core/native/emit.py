@@ -114,6 +114,7 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 #define DISC_FAIL(...) do { snprintf(err, (size_t)errlen, __VA_ARGS__); goto fail; } while (0)
 /* below this many multiply-adds a GEMM runs on one thread (thread start-up would dominate) */
 #define DISC_GEMM_PARALLEL_MIN 262144.0
+#define DISC_BLOCKS_PER_THREAD 4
 """
 
 
@@ -229,12 +230,15 @@ class _KernelEmitter:
                 f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, int parallel) "
                 f"{{\n  const int64_t extent = {extent};\n"
                 f"  if (!parallel) {{ {fn}_part({call}, 0, extent); return; }}\n"
-                "  #pragma omp parallel\n  {\n"
-                "    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();\n"
-                "    const int64_t chunk = (extent + nt - 1) / nt;\n"
-                "    const int64_t lo = t * chunk, hi = lo + chunk < extent ? lo + chunk : "
-                "extent;\n"
-                f"    if (lo < hi) {fn}_part({call}, lo, hi);\n  }}\n}}\n")
+                "  /* a few blocks per thread, handed out dynamically: a thread the OS\n"
+                "     preempts (a loaded machine, a data loader next door) delays the team\n"
+                "     by one block, not by half the kernel */\n"
+                "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();\n"
+                "  const int64_t blocks = extent < want ? extent : want;\n"
+                "  #pragma omp parallel for schedule(dynamic, 1)\n"
+                "  for (int64_t b = 0; b < blocks; ++b)\n"
+                f"    {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);\n"
+                "}\n")
         info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
                              "ops": [op.name for op in self.k.ops],
                              "speculative": self.k.speculative})

@@ -1,0 +1,256 @@
+"""TensorFlow model benchmark (issue #6): DISC vs TF graph mode vs XLA (jit_compile=True) on a
+Keras pre-LN transformer block, inference and training step, over a stream of sequence
+lengths.
+
+    bash ci/test.sh -e bench-tf                      # full run (tox env `bench-tf`)
+    python benchmarks/tf_models.py --quick
+
+Contenders, each on its own copy of the same weights: ``tf`` (tf.function, graph mode, one
+trace with a dynamic sequence dim), ``xla`` (the same with jit_compile=True: one XLA
+compilation per distinct shape), ``disc`` (disc_tf.function, clusters run by the DiscLaunch
+custom op) and ``disc_numpy_function`` (the same clusters called through tf.numpy_function,
+the fallback path). Every contender runs the whole stream once (the *first pass*: tracing
+and compilation included, as a user sees it; DISC starts from an empty compile cache), then
+the steady state is timed in interleaved rounds over five shapes of the stream (median per
+shape, then the median of the per-shape ratios). The training step is forward + backward +
+SGD on a mean-squared loss.
+
+Results: a table on stdout and benchmarks/results/tf_models.json (tf_models.quick.json for
+--quick): one object per (model, mode). Targets are printed as PASS/MISS; a missed target
+does not fail the run, a result that disagrees with TF does (exit 1). The machine load when
+the run started and ended is recorded, since timings on a shared machine vary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="hidden 64, 6 shapes (smoke run)")
+    p.add_argument("--modes", default="inference,training")
+    p.add_argument("--no-xla", action="store_true", help="skip the XLA contender")
+    p.add_argument("--threads", type=int, default=None, help="threads for every contender")
+    p.add_argument("--rounds", type=int, default=5, help="steady-state rounds per shape")
+    p.add_argument("--output", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+ARGS = parse_args()
+THREADS = ARGS.threads or min(os.cpu_count() or 1, 2 if os.environ.get("CI") else 64)
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["DISC_CACHE_DIR"] = tempfile.mkdtemp(prefix="disc-bench-tf-cache-")  # cold
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf.config.threading.set_intra_op_parallelism_threads(THREADS)
+tf.config.threading.set_inter_op_parallelism_threads(THREADS)
+
+import keras  # noqa: E402
+
+import disc_tf  # noqa: E402
+
+
+def block(hidden: int, heads: int) -> keras.Model:
+    """Pre-LN transformer block: x + attn(LN(x)), then + MLP(LN(.)) with GELU; attention
+    written with Dense layers and matmuls (what Keras layers emit as raw TF ops)."""
+    ops = keras.ops
+    inp = keras.Input((None, hidden))
+
+    class Attention(keras.layers.Layer):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.qkv = keras.layers.Dense(3 * hidden)
+            self.out = keras.layers.Dense(hidden)
+
+        def call(self, x):
+            b, t = ops.shape(x)[0], ops.shape(x)[1]
+            dh = hidden // heads
+            qkv = ops.transpose(ops.reshape(self.qkv(x), (b, t, 3, heads, dh)), (2, 0, 3, 1, 4))
+            s = ops.matmul(qkv[0], ops.transpose(qkv[1], (0, 1, 3, 2))) * (1.0 / dh ** 0.5)
+            att = ops.matmul(ops.softmax(s, axis=-1), qkv[2])
+            return self.out(ops.reshape(ops.transpose(att, (0, 2, 1, 3)), (b, t, hidden)))
+
+    x = inp + Attention()(keras.layers.LayerNormalization()(inp))
+    h = keras.layers.Dense(4 * hidden, activation="gelu")(keras.layers.LayerNormalization()(x))
+    return keras.Model(inp, x + keras.layers.Dense(hidden)(h))
+
+
+def make_step(model: keras.Model, mode: str) -> Callable[[tf.Tensor, tf.Tensor], Any]:
+    if mode == "inference":
+        def step(x, target):
+            return model(x)
+        return step
+
+    def train(x, target):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - target))
+        grads = tape.gradient(loss, model.trainable_variables)
+        for v, g in zip(model.trainable_variables, grads):
+            v.assign_sub(0.01 * g)
+        return loss
+    return train
+
+
+def contender(name: str, weights: list[np.ndarray], mode: str, hidden: int, heads: int
+              ) -> Callable[[tf.Tensor, tf.Tensor], Any]:
+    keras.utils.set_random_seed(0)
+    model = block(hidden, heads)
+    model.set_weights(weights)
+    fn = make_step(model, mode)
+    sig = [tf.TensorSpec([None, None, hidden], tf.float32)] * 2
+    if name == "tf":
+        return tf.function(fn, input_signature=sig)
+    if name == "xla":
+        return tf.function(fn, input_signature=sig, jit_compile=True)
+    execution = "custom_op" if name == "disc" else "numpy_function"
+    return disc_tf.function(fn, execution=execution, input_signature=sig)
+
+
+def first_pass(step: Callable, batches) -> tuple[float, list[np.ndarray]]:
+    outs = []
+    start = time.perf_counter()
+    for x, y in batches:
+        outs.append(np.asarray(step(x, y)))
+    return time.perf_counter() - start, outs
+
+
+def steady(steps: dict[str, Callable], batches, rounds: int) -> dict[str, list[float]]:
+    """Median seconds per call, per shape, for every contender; interleaved rounds."""
+    names = list(steps)
+    per: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for i, (x, y) in enumerate(batches):
+            for n in order:
+                t0 = time.perf_counter()
+                np.asarray(steps[n](x, y))  # wait for the result
+                per[n][i].append(time.perf_counter() - t0)
+    return {n: [statistics.median(s) for s in per[n]] for n in names}
+
+
+def coverage(fn: Any) -> float:
+    graph = fn.coverage()
+    nodes = graph.nodes if graph is not None else []
+    return 100.0 * sum(n.status.value == "compiled" for n in nodes) / max(len(nodes), 1)
+
+
+def run_case(mode: str) -> dict[str, Any]:
+    hidden, heads, batch = (64, 2, 4) if ARGS.quick else (256, 4, 4)
+    lengths = ([16 + 49 * i for i in range(6)] if ARGS.quick
+               else [16 + 13 * i for i in range(20)])  # 16..263
+    rng = np.random.default_rng(0)
+    batches = [(tf.constant(rng.standard_normal((batch, t, hidden)).astype("float32")),
+                tf.constant(rng.standard_normal((batch, t, hidden)).astype("float32")))
+               for t in lengths]
+    keras.utils.set_random_seed(0)
+    weights = block(hidden, heads).get_weights()
+    names = ["tf"] + ([] if ARGS.no_xla else ["xla"]) + ["disc", "disc_numpy_function"]
+    steps: dict[str, Any] = {}
+    firsts: dict[str, float] = {}
+    outs: dict[str, list[np.ndarray]] = {}
+    compiles: dict[str, int] = {}
+    for n in names:
+        before = disc_tf.compile_count()
+        steps[n] = contender(n, weights, mode, hidden, heads)
+        firsts[n], outs[n] = first_pass(steps[n], batches)
+        compiles[n] = disc_tf.compile_count() - before
+    worst = {n: max(float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3)))
+                    for a, b in zip(outs[n], outs["tf"])) for n in names if n != "tf"}
+    timed = batches[:: max(len(batches) // 5, 1)]
+    medians = steady(steps, timed, ARGS.rounds)
+
+    def ratio(peer: str, who: str = "disc") -> float:
+        return statistics.median(p / d for p, d in zip(medians[peer], medians[who]))
+
+    xla = not ARGS.no_xla
+    return {
+        "model": f"keras_preln_block_h{hidden}", "mode": mode,
+        "shapes": [f"[{batch}, {t}, {hidden}]" for t in lengths], "threads": THREADS,
+        "disc_compiles": compiles["disc"],
+        # XLA compiles once per distinct input shape (one cluster here): the stream's count
+        "xla_compiles": len(set(lengths)) if xla else None,
+        "speedup_vs_tf": round(ratio("tf"), 3),
+        "speedup_vs_xla": round(ratio("xla"), 3) if xla else None,
+        "total_speedup_vs_xla": round(firsts["xla"] / firsts["disc"], 3) if xla else None,
+        "coverage_pct": round(coverage(steps["disc"]), 1),
+        "numpy_function": {
+            "speedup_vs_tf": round(ratio("tf", "disc_numpy_function"), 3),
+            "speedup_vs_xla": round(ratio("xla", "disc_numpy_function"), 3) if xla else None,
+            "total_speedup_vs_xla": (round(firsts["xla"] / firsts["disc_numpy_function"], 3)
+                                     if xla else None),
+            "coverage_pct": round(coverage(steps["disc_numpy_function"]), 1),
+        },
+        "first_pass_s": {n: round(v, 3) for n, v in firsts.items()},
+        "steady_ms": {n: round(1e3 * statistics.median(v), 3) for n, v in medians.items()},
+        "steady_ms_per_shape": {n: [round(1e3 * s, 3) for s in v] for n, v in medians.items()},
+        "steady_shapes": [f"[{batch}, {x.shape[1]}, {hidden}]" for x, _ in timed],
+        "max_rel_diff_vs_tf": worst,
+    }
+
+
+def targets(row: dict[str, Any]) -> list[str]:
+    out = [f"steady >= 1.3x TF: {'PASS' if row['speedup_vs_tf'] >= 1.3 else 'MISS'}"]
+    if row["speedup_vs_xla"] is not None:
+        out.append(f"steady >= XLA: {'PASS' if row['speedup_vs_xla'] >= 1.0 else 'MISS'}")
+        out.append("total incl. compiles >= 5x XLA: "
+                   + ("PASS" if row["total_speedup_vs_xla"] >= 5.0 else "MISS"))
+    out.append(f"one compile per cluster: disc_compiles {row['disc_compiles']}")
+    return out
+
+
+def main() -> int:
+    load_start = os.getloadavg()
+    # the DiscLaunch op library is built once per TensorFlow version (an install-time cost,
+    # cached under DISC_CACHE_DIR/tf_ops), not per model: built here, outside the timings
+    from disc_tf import custom_op
+
+    t0 = time.perf_counter()
+    custom_op.load_library()
+    op_build_s = round(time.perf_counter() - t0, 2)
+    print(f"DiscLaunch op library built in {op_build_s} s (not in the timings below)")
+    rows = []
+    for mode in ARGS.modes.split(","):
+        r = run_case(mode)
+        rows.append(r)
+        print(f"{r['model']} {mode:9} vs TF x{r['speedup_vs_tf']:.2f}  vs XLA "
+              f"x{r['speedup_vs_xla'] or float('nan'):.2f}  total vs XLA "
+              f"x{r['total_speedup_vs_xla'] or float('nan'):.2f}  first pass s "
+              f"{r['first_pass_s']}  steady ms {r['steady_ms']}  compiles disc "
+              f"{r['disc_compiles']} xla {r['xla_compiles']}  coverage {r['coverage_pct']}%  "
+              f"numpy_function {r['numpy_function']}  max diff {r['max_rel_diff_vs_tf']}",
+              flush=True)
+        print("     " + "; ".join(targets(r)), flush=True)
+    load_end = os.getloadavg()
+    for r in rows:
+        r["op_library_build_s"] = op_build_s
+        r["load_avg_1m"] = {"start": round(load_start[0], 2), "end": round(load_end[0], 2),
+                            "cpus": os.cpu_count()}
+    print(f"load average (1 min) at start {load_start[0]:.2f}, at end {load_end[0]:.2f} "
+          f"on {os.cpu_count()} CPUs")
+    out = ARGS.output or ROOT / "benchmarks" / "results" / (
+        "tf_models.quick.json" if ARGS.quick else "tf_models.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"wrote {out}")
+    bad = [r for r in rows if max(r["max_rel_diff_vs_tf"].values()) > 2e-3]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
