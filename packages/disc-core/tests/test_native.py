@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from disc_core.symbolic import floordiv
 from disc_runtime import CompileCache, InputError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -426,6 +428,20 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
+
+
+
+
+def test_horizontal_merges_never_close_a_cycle_together(compiler) -> None:
+    """Reduced from a Keras classifier's train step: two horizontal merges, each between
+    independent kernels, would make the merged kernels read each other's outputs."""
+    from disc_core.parser import parse_graph
+
+    g = parse_graph((DATA / "horizontal_merge_cycle.disc").read_text())
+    for s0, s1 in [(2, 3), (1, 1), (3, 7)]:
+        check(compiler, g, [randn(32, 4), np.float32(0.5), np.float32(1.0), np.int32(2),
+                            randn(s0, s1, 32), randn(s0, s1, 32), randn(s0, s1, 32)],
+              rtol=1e-4, atol=1e-4)
 
 
 # -- fusion shapes ---------------------------------------------------------------------------

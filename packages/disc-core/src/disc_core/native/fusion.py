@@ -450,8 +450,29 @@ def _merge_horizontally(steps: list[Step]) -> list[Step]:
             if len(group) > 1:
                 s = _merge([steps[g] for g in group])  # type: ignore[misc]
                 absorbed.update(group)
+                _contract(reach, group)
         merged.append(s)
     return merged
+
+
+def _contract(reach: list[int], group: list[int]) -> None:
+    """Update reachability after merging ``group`` into one kernel: the members now depend
+    on what any of them depended on, and whatever depended on one member depends on all.
+
+    Without this, two merges that are each acyclic can close a cycle together (C reads A,
+    B is read by D: merging {A, B} and then {C, D} makes the two kernels read each other).
+    """
+    bits = 0
+    for g in group:
+        bits |= 1 << g
+    closure = bits
+    for g in group:
+        closure |= reach[g]
+    for x in range(len(reach)):
+        if x in group:
+            reach[x] = closure & ~bits
+        elif reach[x] & bits:
+            reach[x] |= closure
 
 
 def _step_reachability(steps: list[Step]) -> list[int]:
