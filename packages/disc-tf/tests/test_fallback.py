@@ -106,3 +106,32 @@ def test_numpy_function_path(dtype):
         x = rand([n, 4], dtype)
         assert_same(f(x), fn(x))
     assert f.uses_disc()
+
+
+def test_launch_checks_input_ranks_before_running_the_module(monkeypatch):
+    """The module reads all input dims from one flat list, so an input of an unexpected rank
+    would silently shift every later input's dims: DiscLaunch refuses it and falls back."""
+    from disc_tf import rewrite
+
+    original = rewrite._launch_node
+
+    def wrong_rank(*args, **kwargs):
+        node = original(*args, **kwargs)
+        ranks = list(node.attr["input_ranks"].list.i)
+        del node.attr["input_ranks"].list.i[:]
+        node.attr["input_ranks"].list.i.extend([ranks[0] + 1] + ranks[1:])
+        return node
+
+    monkeypatch.setattr(rewrite, "_launch_node", wrong_rank)
+
+    def fn(x):
+        return tf.math.log1p(tf.abs(x)) * 3.0 + x
+
+    f = disc_tf.function(fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (4, 2):
+            assert_same(f(rand([n, 3])), fn(rand([n, 3])))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, disc_tf.DiscFallbackWarning)]
+    assert len(msgs) == 1 and "expected rank 3" in msgs[0], msgs
+    assert {v for v in _status(f).values()} == {("fallback", "runtime_error")}

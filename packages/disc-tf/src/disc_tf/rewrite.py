@@ -106,6 +106,7 @@ def _launch_node(launch: Launch, name: str, fallback_name: str, module_path: str
     node.attr["abi_version"].i = ABI_VERSION
     node.attr["cluster_key"].s = launch.key.encode()
     node.attr["num_module_inputs"].i = len(launch.lowered.inputs)
+    node.attr["input_ranks"].list.i.extend(v.rank for v in launch.lowered.graph.inputs)
     node.attr["fallback"].func.CopyFrom(attr_value_pb2.NameAttrList(name=fallback_name))
     return node
 

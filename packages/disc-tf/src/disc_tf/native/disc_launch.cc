@@ -97,6 +97,7 @@ class DiscLaunchOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("cluster_key", &key_));
     OP_REQUIRES_OK(c, c->GetAttr("fallback", &fallback_));
     OP_REQUIRES_OK(c, c->GetAttr("num_module_inputs", &num_module_inputs_));
+    OP_REQUIRES_OK(c, c->GetAttr("input_ranks", &input_ranks_));
     int64_t abi = 0;
     OP_REQUIRES_OK(c, c->GetAttr("abi_version", &abi));
     if (path_.empty()) {
@@ -156,9 +157,19 @@ class DiscLaunchOp : public AsyncOpKernel {
       return false;
     }
     const int n = static_cast<int>(num_module_inputs_);
-    if (n > ctx->num_inputs()) {
-      *error = "num_module_inputs exceeds the op's inputs";
+    if (n > ctx->num_inputs() || static_cast<int>(input_ranks_.size()) != n) {
+      *error = "num_module_inputs exceeds the op's inputs or input_ranks";
       return false;
+    }
+    // the module reads every input's dims from one flat list: a rank it does not expect
+    // would shift the dims of every later input, so it is an error here, not there
+    for (int i = 0; i < n; ++i) {
+      if (ctx->input(i).dims() != input_ranks_[i]) {
+        *error = "input #" + std::to_string(i) + " has shape " +
+                 ctx->input(i).shape().DebugString() + ", expected rank " +
+                 std::to_string(input_ranks_[i]);
+        return false;
+      }
     }
     std::vector<void *> data(n);
     std::vector<int64_t> dims;
@@ -234,6 +245,7 @@ class DiscLaunchOp : public AsyncOpKernel {
 
   std::string path_, key_, load_error_;
   int64_t num_module_inputs_ = 0;
+  std::vector<int64_t> input_ranks_;
   NameAttrList fallback_;
   void *handle_ = nullptr;
   disc_run_fn run_ = nullptr;
@@ -255,6 +267,7 @@ REGISTER_OP("DiscLaunch")
     .Attr("cluster_key: string")
     .Attr("fallback: func")
     .Attr("num_module_inputs: int >= 0")
+    .Attr("input_ranks: list(int) >= 0")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
       std::vector<tensorflow::PartialTensorShape> shapes;
       TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
