@@ -33,10 +33,11 @@ def test_blas_thread_setter_sets_the_calling_threads_count() -> None:
         setter(previous)
 
 
-def test_private_alias_still_answers_for_existing_callers() -> None:
-    """disc-tf's custom_op.py unpacks ``_find_blas()`` into three addresses."""
-    sgemm, dgemm, local = native._find_blas()
-    assert (sgemm, dgemm, local) == tuple(native.blas_functions())
+def test_blas_functions_unpack_into_three_addresses() -> None:
+    """disc-tf's custom_op.py unpacks ``blas_functions()`` into three addresses."""
+    sgemm, dgemm, local = native.blas_functions()
+    fns = native.blas_functions()
+    assert (sgemm, dgemm, local) == (fns.sgemm, fns.dgemm, fns.set_num_threads_local)
 
 
 def test_no_blas_library_gives_zeros(tmp_path) -> None:

@@ -155,10 +155,6 @@ def find_blas() -> tuple[int, int]:
     return blas_functions()[:2]
 
 
-#: Deprecated private alias of :func:`blas_functions` (same 3-tuple), kept only because
-#: disc-tf's ``custom_op.py`` still calls it; new code uses the public functions.
-_find_blas = blas_functions
-
 
 class NativeModule:
     """A loaded module plus the signature facts a call needs."""

@@ -25,6 +25,7 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 
 from disc_core.clustering import Cluster, ClusteringResult
 from disc_core.compiler import Compiler
+from disc_core.native import launch_counts
 from disc_core.report import ReasonCode, configure, get_collector, graph_report
 
 from .config import DiscConfig
@@ -376,9 +377,11 @@ class DiscFunction:
                 continue
             low = a.lowered
             native_meta = a.exe.artifact.metadata.get("native") or {}
+            counts = launch_counts(native_meta)  # generated kernels and GEMM calls, apart
+            kernels, library_calls = counts if counts else (None, None)
             recorder.cluster_compiled(
                 cid, seconds=a.seconds, cache_hit=a.source != "miss",
-                kernels=len(native_meta.get("kernels", [])) if native_meta else None,
+                kernels=kernels, library_calls=library_calls,
                 fusions=sum(native_meta.get("fusion", {}).values()) if native_meta else None)
             member_set = set(a.members)
             fed = {t.name for t in low.inputs}

@@ -154,7 +154,7 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
         cdll.disc_tf_stats.restype = ctypes.c_int64
         from disc_runtime import native
 
-        sgemm, dgemm, local = native._find_blas()
+        sgemm, dgemm, local = native.blas_functions()
         cdll.disc_tf_set_blas(ctypes.c_void_p(sgemm or None), ctypes.c_void_p(dgemm or None),
                               ctypes.c_void_p(local or None))
         lib = OpLibrary(target, module, cdll)
