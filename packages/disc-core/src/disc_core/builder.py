@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,63 @@ class GraphBuilder:
             return self.constant(static, dtype)
         return count if static == 1 else self.op(  # type: ignore[return-value]
             "mul", count, self.constant(static, dtype))
+
+    def size_value(self, e: ExprLike, dtype: DType | str = "i64",
+                   unbound: Callable[[str], tuple[Value, int]] | None = None) -> Value:
+        """A symbolic size as a rank-0 value, read at run time from the dims of the graph's
+        inputs: ``2*N*S`` for a reshape target, ``1 / (N*H*W)`` for batch norm's mean.
+
+        floordiv/ceildiv/mod/min/max atoms follow the symbolic algebra's (Python's) floor
+        semantics; the ``div`` op truncates like C, so the quotient is corrected. A symbol
+        no input dim carries is located by ``unbound(name)`` -> (value, axis); without it
+        that is an error.
+        """
+        e = as_expr(e)
+        if e.is_const:
+            return self.constant(e.value, dtype)
+        total: Value | None = None
+        for mono, coeff in e.terms:
+            term: Value = self.constant(coeff, "i64")
+            for atom in mono:
+                term = self.op("mul", term, self._size_atom(atom, unbound))  # type: ignore
+            total = term if total is None else self.op("add", total, term)  # type: ignore
+        assert total is not None
+        return self.cast(total, dtype)
+
+    def _size_atom(self, atom: Any, unbound: Callable[[str], tuple[Value, int]] | None
+                   ) -> Value:
+        fn = getattr(atom, "fn", None)
+        if fn is None:
+            name = atom.name
+            site = next(((v, a) for v in self.graph.inputs for a, d in enumerate(v.shape)
+                         if d.is_symbol and d.symbol_name == name), None)
+            if site is None:
+                if unbound is None:
+                    raise VerifyError(f"size {name} is not a dim of any input of the graph")
+                site = unbound(name)
+            return self.dim_size(site[0], site[1])
+        args = [self.size_value(a, "i64", unbound) for a in atom.args]
+        if fn in ("min", "max"):
+            out = args[0]
+            for a in args[1:]:
+                out = self.op(fn, out, a)  # type: ignore[assignment]
+            return out
+        a, b = args
+        if fn == "ceildiv":  # ceil(a / b) = -floor(-a / b)
+            return self.op("neg", self._floordiv(self.op("neg", a), b))  # type: ignore
+        q = self._floordiv(a, b)
+        return q if fn == "floordiv" else self.op(  # type: ignore[return-value]
+            "sub", a, self.op("mul", q, b))
+
+    def _floordiv(self, a: Value, b: Value) -> Value:
+        """Python's floor division of i64 values (``div`` truncates toward zero)."""
+        zero = self.constant(0, "i64")
+        q = self.op("div", a, b)
+        inexact = self.op("compare", self.op("rem", a, b), zero, direction="ne")
+        signs_differ = self.op("xor", self.op("compare", a, zero, direction="lt"),
+                               self.op("compare", b, zero, direction="lt"))
+        return self.op("select", self.op("and", inexact, signs_differ),  # type: ignore
+                       self.op("sub", q, self.constant(1, "i64")), q)
 
     # -- convolution gradients, HLO-style: every framework's conv backward is these two ----
     def conv_input_grad(self, dy: Value, w: Value, input_shape: Sequence[ExprLike], *,

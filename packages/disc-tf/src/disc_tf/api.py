@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 
+from disc_core import fallback
 from disc_core.clustering import Cluster, ClusteringResult
 from disc_core.compiler import Compiler
 from disc_core.native import launch_counts
@@ -38,21 +38,17 @@ __all__ = ["DiscFallbackWarning", "DiscFunction", "compile_count", "disable", "e
 _ORIGINAL_FUNCTION = tf.function
 _compilers: dict[str, Compiler] = {}
 _lock = threading.Lock()
-_warned: set[str] = set()
 _enabled: DiscConfig | None = None
 #: cluster key -> (recorder, cluster id, description): where runtime failures are reported
 _launch_owners: dict[str, tuple[Any, int, str]] = {}
 
 
-class DiscFallbackWarning(UserWarning):
+class DiscFallbackWarning(fallback.DiscFallbackWarning):
     """Part of a program runs in TensorFlow instead of DISC (results are unaffected)."""
 
 
 def warn_once(message: str) -> None:
-    if message in _warned:
-        return
-    _warned.add(message)
-    warnings.warn(message, DiscFallbackWarning, stacklevel=3)
+    fallback.warn_once(message, DiscFallbackWarning, stacklevel=3)
 
 
 def get_compiler(target: str = "auto") -> Compiler:

@@ -6,11 +6,11 @@ and the keyword arguments given to :func:`disc_tf.enable` or :func:`disc_tf.func
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from disc_core.options import resolve_options, split_names
 
 __all__ = ["DiscConfig", "ENV_VARS"]
 
@@ -53,7 +53,7 @@ class DiscConfig:
 
     def __post_init__(self) -> None:
         ops = self.excluded_ops
-        ops = _split(ops) if isinstance(ops, str) else ops
+        ops = split_names(ops) if isinstance(ops, str) else ops
         object.__setattr__(self, "excluded_ops", frozenset(ops))
         if isinstance(self.min_cluster_size, bool) or not isinstance(self.min_cluster_size, int) \
                 or self.min_cluster_size < 1:
@@ -68,31 +68,4 @@ class DiscConfig:
     def resolve(cls, options: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] | None = None) -> DiscConfig:
         """Defaults, then environment overrides, then ``options``."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name, var in ENV_VARS.items():
-            raw = environ.get(var)
-            if raw:
-                values[name] = _parse_env(name, var, raw)
-        known = {f.name for f in dataclasses.fields(cls)}
-        for name, value in (options or {}).items():
-            if name not in known:
-                raise TypeError(f"unknown disc-tf option {name!r}; options are "
-                                f"{', '.join(sorted(known))}")
-            values[name] = value
-        return cls(**values)
-
-
-def _split(text: str) -> list[str]:
-    return [s.strip() for s in text.split(",") if s.strip()]
-
-
-def _parse_env(name: str, var: str, raw: str) -> Any:
-    if name == "min_cluster_size":
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"{var}={raw!r}: expected an integer >= 1") from None
-    if name == "excluded_ops":
-        return frozenset(_split(raw))
-    return raw
+        return resolve_options(cls, options, environ, ENV_VARS, "disc-tf")

@@ -25,7 +25,7 @@ import tensorflow as tf
 from disc_core.builder import GraphBuilder
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.opdef import unify_dims
+from disc_core.opdef import VerifyError, unify_dims
 from disc_core.symbolic import Expr, as_expr
 
 __all__ = ["ConversionError", "Lowering", "TF_DTYPES", "core_dtype", "tf_dtype"]
@@ -215,40 +215,12 @@ class Lowering:
 
     # -- sizes as values ------------------------------------------------------------------
     def size_value(self, e: Expr | int, dtype: DType) -> Value:
-        """A (symbolic) size as a rank-0 value, read from the dims of the graph's inputs."""
-        e = as_expr(e)
-        if e.is_const:
-            return self.const(e.value, dtype)
-        total: Value | None = None
-        for mono, coeff in e.terms:
-            term: Value = self.const(coeff, DType.I64)
-            for atom in mono:
-                term = self.op("mul", term, self._atom_value(atom))
-            total = term if total is None else self.op("add", total, term)
-        assert total is not None
-        return self.cast(total, dtype)
-
-    def _atom_value(self, atom: Any) -> Value:
-        fn = getattr(atom, "fn", None)
-        if fn is None:
-            name = atom.name
-            for v in self.b.graph.inputs:
-                for axis, d in enumerate(v.shape):
-                    if d.is_symbol and d.symbol_name == name:
-                        return self.b.dim_size(v, axis)
-            raise ConversionError(f"size {name} is not a dim of any input of the cluster")
-        args = [self.size_value(a, DType.I64) for a in atom.args]
-        if fn in ("min", "max"):
-            out = args[0]
-            for a in args[1:]:
-                out = self.op(fn, out, a)
-            return out
-        a, b = args
-        if fn == "ceildiv":  # sizes are non-negative: ceil(a / b) = (a + b - 1) / b
-            return self.op("div", self.op("add", a, self.op("sub", b, self.const(1, DType.I64))),
-                           b)
-        q = self.op("div", a, b)
-        return q if fn == "floordiv" else self.op("sub", a, self.op("mul", q, b))
+        """A (symbolic) size as a rank-0 value, read from the dims of the graph's inputs
+        (:meth:`GraphBuilder.size_value`)."""
+        try:
+            return self.b.size_value(e, dtype)
+        except VerifyError as exc:
+            raise ConversionError(str(exc)) from None
 
     def materialize(self, known: np.ndarray, dtype: DType) -> Value:
         """A known value (numbers or Expr sizes) as a core value of ``dtype``."""

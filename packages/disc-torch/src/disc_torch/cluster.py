@@ -10,13 +10,13 @@ the cluster into its eager fallback for good, warns once, and is recorded in the
 from __future__ import annotations
 
 import time
-import warnings
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 import torch
 
+from disc_core import fallback
 from disc_core.dtypes import DType
 from disc_core.report import ReasonCode
 from disc_core.symbolic import parse_expr, solve_linear
@@ -28,18 +28,12 @@ __all__ = ["Clock", "ClusterModule", "DiscFallbackWarning"]
 #: numpy dtype name of a DISC output -> the torch dtype its tensor is allocated with
 _NP_NAME_TO_TORCH = {dt.np_name: t for t, dt in TORCH_DTYPES.items() if dt is not DType.BF16}
 
-_warned: set[str] = set()
-
-
-class DiscFallbackWarning(UserWarning):
+class DiscFallbackWarning(fallback.DiscFallbackWarning):
     """A DISC cluster runs eagerly instead (the program's results are unaffected)."""
 
 
 def warn_once(message: str) -> None:
-    if message in _warned:
-        return
-    _warned.add(message)
-    warnings.warn(message, DiscFallbackWarning, stacklevel=3)
+    fallback.warn_once(message, DiscFallbackWarning, stacklevel=3)
 
 
 def _as_numpy(t: torch.Tensor) -> np.ndarray:

@@ -8,11 +8,11 @@ without editing it; code should prefer the options.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from disc_core.options import resolve_options, split_names
 
 __all__ = ["DiscConfig", "ENV_VARS"]
 
@@ -56,7 +56,7 @@ class DiscConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.excluded_ops, str):
-            object.__setattr__(self, "excluded_ops", frozenset(_split(self.excluded_ops)))
+            object.__setattr__(self, "excluded_ops", frozenset(split_names(self.excluded_ops)))
         else:
             object.__setattr__(self, "excluded_ops", frozenset(self.excluded_ops))
         if not isinstance(self.min_cluster_size, int) or self.min_cluster_size < 1:
@@ -68,42 +68,10 @@ class DiscConfig:
     def resolve(cls, options: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] | None = None) -> DiscConfig:
         """Defaults, then environment overrides, then ``options``."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name, var in ENV_VARS.items():
-            raw = environ.get(var)
-            if raw is None or raw == "":
-                continue
-            values[name] = _parse_env(name, var, raw)
-        known = {f.name for f in dataclasses.fields(cls)}
-        for name, value in (options or {}).items():
-            if name not in known:
-                raise TypeError(f"unknown disc-torch option {name!r}; options are "
-                                f"{', '.join(sorted(known))}")
-            values[name] = value
-        return cls(**values)
+        return resolve_options(cls, options, environ, ENV_VARS, "disc-torch")
 
     def excludes(self, op_name: str) -> bool:
         """``op_name`` like ``aten.mm.default``; a packet name (``aten.mm``) excludes all."""
         if op_name in self.excluded_ops:
             return True
         return op_name.rsplit(".", 1)[0] in self.excluded_ops
-
-
-def _split(text: str) -> list[str]:
-    return [s.strip() for s in text.split(",") if s.strip()]
-
-
-def _parse_env(name: str, var: str, raw: str) -> Any:
-    if name == "min_cluster_size":
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"{var}={raw!r}: expected an integer >= 1") from None
-    if name == "excluded_ops":
-        return frozenset(_split(raw))
-    if name == "accuracy_check":
-        if raw.lower() not in ("0", "1", "true", "false", "yes", "no"):
-            raise ValueError(f"{var}={raw!r}: expected 0/1/true/false")
-        return raw.lower() in ("1", "true", "yes")
-    return raw

@@ -114,50 +114,12 @@ class Lowering:
         return self.b.constant(value, dtype)
 
     def size_value(self, e: Expr, dtype: DType) -> Value:
-        """A symbolic size as a rank-0 value: read from the dims of the graph's inputs."""
-        if e.is_const:
-            return self.scalar(e.value, dtype)
-        total: Value | None = None
-        for mono, coeff in e.terms:
-            term: Value = self.scalar(coeff, DType.I64)
-            for atom in mono:
-                term = self.op("mul", term, self._atom_value(atom))
-            total = term if total is None else self.op("add", total, term)
-        assert total is not None
-        return self.cast(total, dtype)
+        """A symbolic size as a rank-0 value (:meth:`GraphBuilder.size_value`); a symbol no
+        cluster input carries gets a zero-byte carrier input, fed like any unbound one."""
+        return self.b.size_value(e, dtype, unbound=self._carrier)
 
-    def _atom_value(self, atom: Any) -> Value:
-        """One factor of a size monomial as an i64 value: a symbol, read from an input dim
-        (or a carrier input), or floordiv/ceildiv/mod/min/max of sizes, with Python's
-        floor semantics (C division truncates)."""
-        fn = getattr(atom, "fn", None)
-        if fn is None:
-            name = atom.name
-            site = next(((v, a) for v in self.b.graph.inputs for a, d in enumerate(v.shape)
-                         if d.is_symbol and d.symbol_name == name), None)
-            if site is None:  # a carrier input, fed like any unbound symbol's
-                site = (self.b.input(f"sym_{name}", DType.U8, [Expr.sym(name), 0]), 0)
-            return self.b.dim_size(site[0], site[1])
-        args = [self.size_value(a, DType.I64) for a in atom.args]
-        if fn in ("min", "max"):
-            out = args[0]
-            for a in args[1:]:
-                out = self.op(fn, out, a)
-            return out
-        a, b = args
-        if fn == "ceildiv":  # ceil(a / b) = -floor(-a / b)
-            return self.op("neg", self._floordiv(self.op("neg", a), b))
-        q = self._floordiv(a, b)
-        return q if fn == "floordiv" else self.op("sub", a, self.op("mul", q, b))
-
-    def _floordiv(self, a: Value, b: Value) -> Value:
-        zero = self.scalar(0, DType.I64)
-        q = self.op("div", a, b)
-        inexact = self.op("compare", self.op("rem", a, b), zero, direction="ne")
-        signs_differ = self.op("xor", self.op("compare", a, zero, direction="lt"),
-                               self.op("compare", b, zero, direction="lt"))
-        return self.op("select", self.op("and", inexact, signs_differ),
-                       self.op("sub", q, self.scalar(1, DType.I64)), q)
+    def _carrier(self, name: str) -> tuple[Value, int]:
+        return self.b.input(f"sym_{name}", DType.U8, [Expr.sym(name), 0]), 0
 
     def float_value(self, e: Any, dtype: DType) -> Value:
         """A SymFloat (sympy over the size symbols, e.g. batch norm's ``1 / (N*H*W)``) as a
