@@ -62,3 +62,11 @@ class EngineError(DiscRuntimeError):
 
 class CacheCorruptionWarning(UserWarning):
     """A compile-cache entry was corrupt; it was discarded and rebuilt (never trusted)."""
+
+
+class FastPathMiss(Exception):
+    """Internal signal, never seen by users: an engine's per-call hot path
+    (``run_fn.run_checked``) met inputs it does not take as they are (wrong type, dtype,
+    rank, layout or count). :class:`~disc_runtime.executable.Executable` then takes its slow
+    path, which copies strided inputs or raises an :class:`InputError` naming what was
+    expected; the hot path itself formats no messages."""

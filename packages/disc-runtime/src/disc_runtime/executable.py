@@ -30,7 +30,7 @@ import numpy as np
 from .arrays import as_numpy
 from .artifact import Artifact
 from .engines import RunFn, get_engine
-from .errors import DiscRuntimeError, EngineError, InputError
+from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 from .signature import Signature
 
 __all__ = ["AllocateOutput", "Executable", "ExecutableStats"]
@@ -60,10 +60,17 @@ class ExecutableStats:
                 "engine_seconds": self.engine_seconds,
             }
 
-    def _add(self, **deltas: float) -> None:
+    def _count(self, *, seconds: float = 0.0, input_errors: int = 0,
+               engine_errors: int = 0) -> None:
+        """One call: the per-call bookkeeping, cheaper than :meth:`_add`'s keywords loop."""
         with self._lock:
-            for name, delta in deltas.items():
-                setattr(self, name, getattr(self, name) + delta)
+            self.calls += 1
+            self.engine_seconds += seconds
+            if input_errors:
+                self.input_errors += input_errors
+            if engine_errors:
+                self.engine_errors += engine_errors
+
 
 
 def _accepts_allocate_output(run_fn: RunFn) -> bool:
@@ -114,6 +121,8 @@ class Executable:
         # Engines that build their outputs from the signature themselves (the native module
         # allocates exactly the declared shapes) skip the per-call output re-check.
         self._engine_trusted = bool(getattr(run_fn, "trusted_outputs", False))
+        # An engine's own hot path (the native engine's), which validates while it runs.
+        self._run_checked = getattr(run_fn, "run_checked", None) if self._engine_trusted else None
         self.stats = ExecutableStats()
 
     @classmethod
@@ -160,27 +169,44 @@ class Executable:
     ) -> list[np.ndarray]:
         """Validate ``inputs`` (zero-copy), run the engine, check and return its outputs."""
         hook = allocate_output if allocate_output is not None else self._allocate_output
-        if (self._engine_trusted and (hook is None or self._engine_takes_alloc)
+        fast = self._run_checked
+        if fast is not None and type(inputs) in (list, tuple):
+            # the common case, kept lean: per-call overhead matters on small tensors. The
+            # engine checks count, dtype, rank and layout itself (FastPathMiss when they are
+            # off), its C host code every dim, and what the allocate_output hook returns.
+            start = time.perf_counter()
+            try:
+                outputs = fast(inputs, hook)
+            except FastPathMiss:
+                pass  # the slow path below words the problem (or copies a strided input)
+            except InputError:
+                self._raise_input_error(inputs)  # the signature's wording when it applies
+                self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
+                raise
+            except BaseException:
+                self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
+                raise
+            else:
+                self.stats._count(seconds=time.perf_counter() - start)
+                return outputs
+        elif (self._engine_trusted and (hook is None or self._engine_takes_alloc)
                 and len(inputs) == len(self._signature.inputs)
                 and all(type(x) is np.ndarray for x in inputs)
                 and self._signature.validate_fast(inputs)):
-            # the common case, kept lean: per-call overhead matters on small tensors (a
-            # trusted engine checks what the allocate_output hook returns itself)
             start = time.perf_counter()
             try:
                 outputs = (self._run_fn(list(inputs)) if hook is None
                            else self._run_fn(list(inputs), allocate_output=hook))
             except BaseException:
-                self.stats._add(calls=1, engine_errors=1,
-                                engine_seconds=time.perf_counter() - start)
+                self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
                 raise
-            self.stats._add(calls=1, engine_seconds=time.perf_counter() - start)
+            self.stats._count(seconds=time.perf_counter() - start)
             return outputs
         try:
             arrays = self._prepare(inputs)
             bindings = self._signature.validate(arrays)
         except DiscRuntimeError:
-            self.stats._add(calls=1, input_errors=1)
+            self.stats._count(input_errors=1)
             raise
         start = time.perf_counter()
         try:
@@ -190,11 +216,20 @@ class Executable:
                 raw = self._run_fn(arrays)
             outputs = self._finish(raw, bindings)
         except BaseException:
-            self.stats._add(calls=1, engine_errors=1,
-                            engine_seconds=time.perf_counter() - start)
+            self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
             raise
-        self.stats._add(calls=1, engine_seconds=time.perf_counter() - start)
+        self.stats._count(seconds=time.perf_counter() - start)
         return outputs
+
+    def _raise_input_error(self, inputs: Sequence[Any]) -> None:
+        """Raise the signature's InputError for ``inputs`` if they break it (counted as an
+        input error); return when they satisfy it."""
+        try:
+            self._signature.validate(self._prepare(inputs))
+        except DiscRuntimeError as exc:
+            self.stats._count(input_errors=1)
+            exc.__suppress_context__ = True  # the module's terser message adds nothing
+            raise
 
     def _prepare(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         specs = self._signature.inputs

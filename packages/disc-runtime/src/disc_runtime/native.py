@@ -23,7 +23,7 @@ import numpy as np
 from .arrays import as_numpy
 from .artifact import Artifact
 from .dtypes import numpy_dtype
-from .errors import DiscRuntimeError, EngineError, InputError
+from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 
 ABI_VERSION = 2
 MODULE_FILE = "native/module.so"
@@ -73,7 +73,7 @@ class _CallState:
 def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
     state: _CallState = _ffi.from_handle(ctx)
     try:
-        shape = tuple(shape_ptr[0:rank]) if rank else ()
+        shape = tuple(_ffi.unpack(shape_ptr, rank)) if rank else ()
         dtype = state.dtypes[index]
         if state.allocate is not None:
             arr = state.allocate(index, shape, dtype.name)
@@ -168,6 +168,8 @@ class NativeModule:
         sig = artifact.signature
         self.n_in = len(sig.inputs)
         self.out_dtypes = [numpy_dtype(s.dtype) for s in sig.outputs]
+        self.n_out = len(self.out_dtypes)
+        self.in_specs = [(numpy_dtype(s.dtype), s.rank) for s in sig.inputs]
         self.num_counters = len(artifact.metadata.get("native", {}).get("counters", []))
         sgemm, dgemm, local = blas_functions()
         self.sgemm = _ffi.cast("void *", sgemm)
@@ -180,9 +182,16 @@ class NativeModule:
         this thread, e.g. an allocate_output hook that runs DISC again)."""
         slot = getattr(self._local, "slot", None)
         if slot is None:
-            slot = self._local.slot = _Slot(self.out_dtypes)
+            slot = self._local.slot = self._new_slot()
         elif slot.busy:
-            return _Slot(self.out_dtypes)
+            return self._new_slot()
+        return slot
+
+    def _new_slot(self) -> _Slot:
+        slot = _Slot(self.out_dtypes)
+        env = slot.env
+        env.sgemm, env.dgemm = self.sgemm, self.dgemm
+        env.blas_threads_local = self.blas_threads_local
         return slot
 
     def run(self, inputs: list[np.ndarray], *, allocate_output: Callable[..., Any] | None = None,
@@ -193,16 +202,39 @@ class NativeModule:
                 a = np.ascontiguousarray(a)
             ptrs.append(_ffi.from_buffer(a) if a.size else _NONNULL)
             dims.extend(a.shape)
+        return self._call(ptrs, dims, allocate_output, counters)
+
+    def run_checked(self, inputs: Sequence[Any], allocate_output: Callable[..., Any] | None
+                    ) -> list[np.ndarray]:
+        """The per-call hot path: checks what the C host code cannot (count, array type,
+        dtype, rank, C-contiguity; the module itself checks every dim and symbol) in one
+        pass while collecting pointers, and raises :class:`FastPathMiss` for anything
+        else so that the caller's slow path words the error or copies the input."""
+        if len(inputs) != self.n_in:
+            raise FastPathMiss
+        ptrs, dims = [], []
+        try:
+            for a, (dtype, rank) in zip(inputs, self.in_specs):
+                if (type(a) is not np.ndarray or a.ndim != rank
+                        or (a.dtype is not dtype and a.dtype != dtype)):
+                    raise FastPathMiss
+                # cffi asks for a simple buffer, which numpy grants only C-contiguous
+                ptrs.append(_ffi.from_buffer(a) if a.size else _NONNULL)
+                dims += a.shape
+        except ValueError:
+            raise FastPathMiss from None
+        return self._call(ptrs, dims, allocate_output, None)
+
+    def _call(self, ptrs: list[Any], dims: list[int], allocate_output: Callable[..., Any] | None,
+              counters: np.ndarray | None) -> list[np.ndarray]:
         slot = self._slot()
         slot.busy = True
         state = slot.state
-        state.outputs = [None] * len(self.out_dtypes)
-        state.allocate, state.error = allocate_output, None
+        state.outputs = [None] * self.n_out
+        state.allocate = allocate_output
         env = slot.env
-        env.sgemm, env.dgemm = self.sgemm, self.dgemm
-        env.blas_threads_local = self.blas_threads_local
-        env.counters = (_ffi.from_buffer("int64_t[]", counters) if counters is not None
-                        else _ffi.NULL)
+        if counters is not None:
+            env.counters = _ffi.from_buffer("int64_t[]", counters)
         try:
             rc = self.lib.disc_run(ptrs or _ffi.NULL, dims or _ffi.NULL, len(ptrs), env,
                                    slot.err, 512)
@@ -213,6 +245,8 @@ class NativeModule:
             return state.outputs  # type: ignore[return-value]
         finally:
             state.outputs, state.allocate, state.error = [], None, None
+            if counters is not None:
+                env.counters = _ffi.NULL
             slot.busy = False
 
 
@@ -224,7 +258,8 @@ class _Slot:
     def __init__(self, dtypes: Sequence[np.dtype]):
         self.state = _CallState(dtypes, None)
         self.handle = _ffi.new_handle(self.state)
-        self.env = _ffi.new("disc_env *", {"alloc": _alloc, "alloc_ctx": self.handle})
+        self.env = _ffi.new("disc_env *", {"alloc": _alloc, "alloc_ctx": self.handle,
+                                          "counters": _ffi.NULL})
         self.err = _ffi.new("char[512]")
         self.busy = False
 
@@ -237,5 +272,6 @@ def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:
         return module.run(inputs, allocate_output=allocate_output)
 
     run.module = module  # type: ignore[attr-defined]  # tests read counters through it
+    run.run_checked = module.run_checked  # type: ignore[attr-defined]  # Executable's hot path
     run.trusted_outputs = True  # type: ignore[attr-defined]  # shapes come from the signature
     return run
