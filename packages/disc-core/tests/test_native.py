@@ -114,9 +114,11 @@ def test_rmsnorm(compiler, rows) -> None:
 def test_layernorm_backward(compiler, rows) -> None:
     exe = check(compiler, layernorm_backward(), [randn(rows, 48), randn(rows, 48), randn(48)],
                 rtol=1e-4, atol=1e-4)
-    # one row kernel (statistics, dx, and xhat written for dgamma: multi-output fusion) and
-    # one column kernel (dgamma and dbeta: horizontal fusion)
-    assert kernels(exe) == {"column": 1, "row": 1}
+    # one row kernel: statistics, dx, and dgamma / dbeta summed over the rows as it goes
+    # (column epilogue); xhat is no longer written for a separate column kernel
+    assert kernels(exe) == {"row": 1}
+    (k,) = exe.artifact.metadata["native"]["kernels"]
+    assert k["column_epilogue"] == 2
 
 
 # -- library calls, layout ops, dtypes -----------------------------------------------------
@@ -291,6 +293,38 @@ def test_outputs_go_to_caller_buffers(compiler) -> None:
     assert np.shares_memory(y, mine[0])
     np.testing.assert_allclose(y, interpret(softmax(), [x])[0], rtol=1e-6)
 
+
+
+def test_hot_path_hands_every_odd_input_to_the_worded_slow_path(compiler) -> None:
+    """exe.run's hot path checks count, dtype, rank and layout while it collects pointers,
+    and the C host code checks dims; whatever it refuses still gets the signature's wording
+    (and strided inputs still run), and the stats count each call once."""
+    b = GraphBuilder("hot")
+    B = b.symbol("B")
+    x, y = b.input("x", "f32", [B, 8]), b.input("y", "f32", [B, 8])
+    g = b.build(b.add(x, y))
+    exe = check(compiler, g, [randn(3, 8), randn(3, 8)])
+    before = exe.stats.snapshot()
+    strided = randn(3, 16)[:, ::2]
+    (got,) = exe.run((strided, randn(3, 8) * 0))
+    np.testing.assert_array_equal(got, strided)
+    frozen = np.frombuffer(randn(2, 8).tobytes(), np.float32).reshape(2, 8)  # read-only
+    (got,) = exe.run([frozen, frozen])
+    np.testing.assert_array_equal(got, frozen * 2)
+    cases = [
+        ([randn(3, 8), randn(5, 8)], "input #1 'y': dim 0 is 5 but symbol B = 3"),
+        ([randn(3, 8), randn(3, 9)], "input #1 'y': dim 1 must be 8, got 9"),
+        ([randn(3, 8), randn(3, 8).astype(np.float64)], "expected dtype float32, got float64"),
+        ([randn(3, 8), randn(3, 8, 1)], "expected rank 2"),
+        ([randn(3, 8)], r"expected 2 inputs \(x, y\), got 1"),
+    ]
+    for inputs, message in cases:
+        with pytest.raises(InputError, match=message):
+            exe.run(inputs)
+    after = exe.stats.snapshot()
+    assert after["calls"] - before["calls"] == 2 + len(cases)
+    assert after["input_errors"] - before["input_errors"] == len(cases)
+    assert after["engine_errors"] == before["engine_errors"]
 
 def test_concurrent_calls(compiler) -> None:
     exe = compiler.compile(layernorm())
@@ -544,6 +578,71 @@ def test_column_reduction_of_a_padded_slice(compiler) -> None:
     for shape in [(3, 4), (0, 4), (1, 1), (5, 2)]:
         exe = check(compiler, graph, [randn(*shape)], rtol=1e-4, atol=1e-4)
     assert kernels(exe) == {"column": 1, "loop": 1}  # exp(x) is a guarded (pad) operand
+
+
+def _relu_backward_with_bias_grad(dtype: str, kind: str = "sum"):
+    """dx = dy where x > 0 else 0, and the bias gradient sum(dx) over [B, S]: a loop kernel
+    and the column sum of what it writes."""
+    b = GraphBuilder(f"relu_bias_grad_{dtype}_{kind}")
+    B, S, H = b.symbol("B"), b.symbol("S"), b.symbol("H")
+    x, dy = b.input("x", dtype, [B, S, H]), b.input("dy", dtype, [B, S, H])
+    zero = b.broadcast_in_dim(b.constant(np.zeros((), np.dtype(DTYPE_NP[dtype]))),
+                              shape=[B, S, H], broadcast_dimensions=[])
+    dx = b.select(b.compare(x, zero, direction="gt"), dy, zero)
+    return b.build(dx, b.reduce(dx, kind=kind, axes=[0, 1]))
+
+
+DTYPE_NP = {"f32": "float32", "f64": "float64", "i32": "int32"}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32"])
+def test_column_sums_ride_on_the_kernel_that_computes_them(compiler, dtype) -> None:
+    """The column kernel summing dx is folded into the loop kernel writing dx (a column
+    epilogue): one kernel, one pass over the inputs, per-block partial sums added in block
+    order (so repeated runs agree to the bit), on shapes with empty, single and odd dims and
+    ones large enough to run in parallel."""
+    graph = _relu_backward_with_bias_grad(dtype)
+
+    def make(*shape):
+        if dtype == "i32":
+            return [RNG.integers(-5, 6, shape).astype(np.int32) for _ in range(2)]
+        return [randn(*shape).astype(DTYPE_NP[dtype]) for _ in range(2)]
+
+    for shape in [(2, 3, 5), (0, 3, 4), (2, 0, 4), (3, 5, 0), (1, 1, 1), (3, 700, 33),
+                  (2, 9, 4099)]:
+        inputs = make(*shape)
+        exe = check(compiler, graph, inputs, rtol=1e-4, atol=1e-3)
+        again = exe.run(inputs)
+        np.testing.assert_array_equal(exe.run(inputs)[1], again[1])
+    assert kernels(exe) == {"loop": 1}
+    (k,) = exe.artifact.metadata["native"]["kernels"]
+    assert k["column_epilogue"] == 1
+    assert _counters(exe, make(3, 700, 33)) == {"kernel0.parallel": 1}
+
+
+def test_column_reductions_other_than_sums_keep_their_own_kernel(compiler) -> None:
+    """Only sums become epilogues (max/min would need NaN-aware partials)."""
+    graph = _relu_backward_with_bias_grad("f32", kind="max")
+    for shape in [(2, 3, 5), (1, 1, 1), (3, 70, 9)]:
+        exe = check(compiler, graph, [randn(*shape), randn(*shape)])
+    assert kernels(exe) == {"column": 1, "loop": 1}
+
+
+def test_column_epilogue_in_a_speculative_kernel(compiler) -> None:
+    """The host kernel reads y[M, H] broadcast to [N, H] (M may be 1 at run time): both of
+    its versions accumulate the column sums."""
+    b = GraphBuilder("speculative_epilogue")
+    N, M, H = b.symbol("N"), b.symbol("M"), b.symbol("H")
+    x, y = b.input("x", "f32", [N, H]), b.input("y", "f32", [M, H])
+    t = b.mul(x, b.broadcast_in_dim(y, shape=[N, H], broadcast_dimensions=[0, 1]))
+    graph = b.build(t, b.reduce(t, kind="sum", axes=[0]))
+    same, bcst = [randn(600, 70), randn(600, 70)], [randn(600, 70), randn(1, 70)]
+    exe = check(compiler, graph, same, rtol=1e-4, atol=1e-4)
+    check(compiler, graph, bcst, rtol=1e-4, atol=1e-4)
+    check(compiler, graph, [randn(0, 3), randn(1, 3)])
+    assert kernels(exe) == {"loop": 1}
+    assert _counters(exe, same) == {"kernel0.parallel": 1, "kernel0.contiguous": 1}
+    assert _counters(exe, bcst) == {"kernel0.parallel": 1, "kernel0.strided": 1}
 
 
 def test_horizontal_fusion_of_independent_kernels(compiler) -> None:

@@ -65,15 +65,18 @@ static inline int64_t disc_clampi(int64_t i, int64_t top) { return i < 0 ? 0 : i
 
 /* exp for float that vectorizes without special-case fallbacks (libmvec takes a slow path
    for lanes that underflow, as masked attention scores do): Cody-Waite range reduction,
-   the Cephes polynomial (<= ~1 ulp), 2^k applied in two steps so results may be subnormal;
-   NaN, overflow and underflow handled by selects. */
+   the Cephes polynomial (<= 1.01 ulp, checked against double exp on a 1-in-97 sweep of
+   every float), 2^k applied in two steps so results may be subnormal; NaN, overflow and
+   underflow handled by selects. */
 static inline float disc_pow2i(int32_t k) {
   union { int32_t i; float f; } u; u.i = (k + 127) << 23; return u.f; }
 static inline float disc_expf(float x) {
   /* lanes whose result is 0 compute exp(0) instead, so no subnormal arithmetic (a
      microcode assist per vector on x86) happens unless a result really is subnormal */
-  const float xc = x < -103.972084045410156f ? 0.0f : x > 89.0f ? 89.0f : x;
-  const float k = floorf(xc * 1.44269504088896341f + 0.5f);
+  const int zero = x < -103.972084045410156f;
+  const float xs = zero ? 0.0f : x;
+  const float xc = xs < 89.0f ? xs : 89.0f;
+  const float k = rintf(xc * 1.44269504088896341f);
   float r = fmaf(k, -0.693359375f, xc);
   r = fmaf(k, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -86,7 +89,7 @@ static inline float disc_expf(float x) {
   const int32_t ki = (int32_t)k, k1 = ki >> 1, k2 = ki - k1;
   float res = p * disc_pow2i(k1) * disc_pow2i(k2);
   res = x > 88.72283935546875f ? INFINITY : res;
-  res = x < -103.972084045410156f ? 0.0f : res;
+  res = zero ? 0.0f : res;
   return x != x ? x : res;
 }
 
@@ -218,11 +221,15 @@ class _KernelEmitter:
         entry that runs it directly when the work is small or splits it across threads."""
         variants = ["fast", "strided"] if self.k.speculative else ["fast"]
         decls, names = self.data_args()
+        epilogue = self.epilogue_outputs()
         out = []
         for variant in variants:
             self.strided = variant == "strided"
             fn = self.fn_name(variant)
             body, extent = self.body()
+            if epilogue:
+                out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue))
+                continue
             call = ", ".join(names + ["S"])
             out.append(f"static void {fn}_part({', '.join(decls)}, const int64_t *restrict S, "
                        f"int64_t lo, int64_t hi) {{\n{body}}}\n")
@@ -241,8 +248,59 @@ class _KernelEmitter:
                 "}\n")
         info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
                              "ops": [op.name for op in self.k.ops],
-                             "speculative": self.k.speculative})
+                             "speculative": self.k.speculative,
+                             "column_epilogue": len(epilogue)})
         return "\n".join(out)
+
+    def epilogue_outputs(self) -> list[tuple[int, Op]]:
+        """(output index, reduce op) of the kernel's column-sum epilogue."""
+        ops = {id(op.results[0]): op for op in self.k.column_epilogue}
+        return [(j, ops[id(o)]) for j, o in enumerate(self.k.outputs) if id(o) in ops]
+
+    def epilogue_kernel(self, fn: str, body: str, extent: str, decls: list[str],
+                        names: list[str], epilogue: list[tuple[int, Op]]) -> str:
+        """A row/loop kernel that also sums values over all its rows (fusion's column
+        epilogue). Each block of rows accumulates into its own partial row (``colpart``),
+        set up by the block itself; the entry adds the partials up in block order, so the
+        result does not depend on which thread ran which block."""
+        parts = [(j, f"colpart{j}", ctype(op.results[0].dtype)) for j, op in epilogue]
+        pdecls = decls + [f"{t} *restrict {name}" for _, name, t in parts]
+        cols = self.dim(self.k.space[-1])
+        init = "".join(f"  for (int64_t c = 0; c < C; ++c) {name}[c] = "
+                       f"{_identity('sum', op.results[0].dtype)};\n"
+                       for (_, name, _), (_, op) in zip(parts, epilogue))
+        body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
+                            "  for (int64_t r = lo; r < hi; ++r) {", 1)
+        lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
+                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+                 f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+                 "int parallel) {",
+                 f"  const int64_t extent = {extent}, C = {cols};",
+                 "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
+                 "  const int64_t blocks = !parallel ? 1 : extent < want ? extent : want;",
+                 # partial rows 64 elements apart at least: blocks never share a line
+                 "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
+        for _, name, t in parts:
+            lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(blocks > 0 ? blocks : 1) * "
+                         f"width * sizeof({t}));")
+        call = ", ".join(names + [f"{name} + b * width" for _, name, _ in parts] + ["S"])
+        lines += ["  if (!parallel) {",
+                  f"    const int64_t b = 0; {fn}_part({call}, 0, extent);",
+                  "  } else {",
+                  "    #pragma omp parallel for schedule(dynamic, 1)",
+                  "    for (int64_t b = 0; b < blocks; ++b)",
+                  f"      {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);",
+                  "  }"]
+        for j, name, t in parts:
+            lines += ["  #pragma omp simd",
+                      "  for (int64_t c = 0; c < C; ++c) {",
+                      f"    {t} acc = 0;",
+                      f"    for (int64_t b = 0; b < blocks; ++b) acc += {name}[b * width + c];",
+                      f"    out{j}[c] = acc;",
+                      "  }",
+                      f"  free({name});"]
+        lines.append("}\n")
+        return "\n".join(lines)
 
     # index arithmetic -----------------------------------------------------------------
     def dim(self, e: Expr) -> str:
@@ -345,12 +403,19 @@ class _KernelEmitter:
             else:  # one value per row (a reduction or something computed from them)
                 lines.append(f"    out{j}[{self.offset(o, k.maps[id(o)], {})}] = "
                              f"{self.var[id(o)]};")
+        epilogue = {id(op.results[0]): op for op in k.column_epilogue}
         for segment, lo, hi in self.inner_segments() if full else ():
             self.scope = set()
             self.segment = segment
             lines.append("    #pragma omp simd")
             lines.append(f"    for (int64_t c = {lo}; c < {hi}; ++c) {{")
             for j, o in full:
+                red = epilogue.get(id(o))
+                if red is not None:  # a column sum: into this block's partial row
+                    body, var = self.operand_cone(red, 0, done)
+                    lines += ["      " + s for s in body]
+                    lines.append(f"      colpart{j}[c] += {var};")
+                    continue
                 body, var = self.compute_cone(o, done)
                 lines += ["      " + s for s in body]
                 lines.append(f"      out{j}[{self.offset(o, k.maps[id(o)], {})}] = {var};")
@@ -421,6 +486,24 @@ class _KernelEmitter:
         """
         m = self.k.maps.get(id(v))
         return m is not None and (self.n - 1) in {kdim(e) for e in m}
+
+    def _row_invariant(self, op: Op, i: int) -> bool:
+        """Is operand ``i`` of ``op`` one value per row, computed in this kernel (a row-level
+        value, or a broadcast of one along the row)? Operands read from memory are not
+        known to be: a broadcast read of a per-column vector varies along the row."""
+        members = {id(o) for o in self.k.ops}
+        while True:
+            if (id(op), i) in self.k.reads:
+                return False
+            v = op.operands[i]
+            p = v.producer
+            if p is None or id(p) not in members:
+                return False
+            if not self._inner(v):
+                return True
+            if p.name != "broadcast_in_dim":
+                return False
+            op, i = p, 0
 
     def row_level(self, done: set[int]) -> list[str]:
         """Emit row-level ops (constant along the row) whose operands are available."""
@@ -577,7 +660,14 @@ class _KernelEmitter:
         else:
             for i in range(0 if op.name in SHAPE_ONLY else len(op.operands)):
                 args.append(self.operand_value(op, i))
-            expr = self.expr(op, args)
+            if (op.name == "div" and r.dtype.is_float and self._inner(r)
+                    and self._row_invariant(op, 1)):
+                # x / s with s constant along the row (softmax's sum, a norm's scale):
+                # multiply by 1/s, which the C compiler computes once per row. A vector
+                # divide costs several multiplies; the result differs by at most an ulp.
+                expr = f"(({args[0]}) * ((({ctype(r.dtype)})1) / ({args[1]})))"
+            else:
+                expr = self.expr(op, args)
         self.counter += 1
         name = f"v{self.counter}"
         self.var[id(r)] = name

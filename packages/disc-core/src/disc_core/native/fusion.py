@@ -8,7 +8,9 @@ iteration *space* (the shape of its root) viewed as rows x an innermost column d
 * ``row``: reductions over the innermost dim together with their producers, and consumers
   that broadcast the reduced rows back (stitch fusion: softmax, LayerNorm, RMSNorm and their
   backward passes are one kernel, the row stays in cache between phases);
-* ``column``: a reduction over the leading dims with its elementwise producers.
+* ``column``: a reduction over the leading dims with its elementwise producers; a column
+  *sum* of what a row or loop kernel over the same space computes is folded into that
+  kernel instead (a column epilogue: per-block partial sums).
 
 Every value a kernel touches carries a *dim map*: for each of its dims, the kernel dim it
 follows, or None where it is broadcast. Dims that are structurally equal (after shape
@@ -130,6 +132,9 @@ class Kernel:
     # a concatenate along the innermost kernel dim whose operands are computed in place: the
     # inner loop is split at its boundaries, so each operand is evaluated only in range
     split_concat: Op | None = None
+    # column sums over every row of this (row or loop) kernel's space, accumulated while
+    # its last inner loop runs: per-block partial rows, added up after the parallel loop
+    column_epilogue: list[Op] = field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -141,7 +146,9 @@ class Kernel:
 
     @property
     def reductions(self) -> list[Op]:
-        return [op for op in self.ops if op.name in REDUCTIONS]
+        """Reductions of the kernel's own schedule (column epilogue sums excluded)."""
+        epilogue = {id(op) for op in self.column_epilogue}
+        return [op for op in self.ops if op.name in REDUCTIONS and id(op) not in epilogue]
 
 
 @dataclass
@@ -298,6 +305,7 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
             banned |= extras
     if horizontal:
         steps = _order_steps(_merge_horizontally(steps))
+        steps = _order_steps(_fuse_column_epilogues(steps, graph))
     for n, k in enumerate(s for s in steps if isinstance(s, Kernel)):
         k.id = n
     return FusionPlan(steps)
@@ -453,6 +461,112 @@ def _merge_horizontally(steps: list[Step]) -> list[Step]:
                 _contract(reach, group)
         merged.append(s)
     return merged
+
+
+def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
+    """Fold column-sum kernels into the row or loop kernel over the same space that produces
+    what they sum (stitching a column reduction onto a row schedule).
+
+    Backward passes sum over the rows what a row or loop kernel has just computed:
+    LayerNorm's dgamma and dbeta, a bias gradient next to the elementwise gradient. As two
+    kernels, the second reads back values the first wrote for it (often only for it); folded
+    together, every block of rows accumulates its own partial column sums while its last
+    inner loop runs, and the partials are added once the blocks are done. Taken when every
+    reduction of the column kernel sums all dims but the innermost, its other inputs exist
+    before the row kernel runs, and values the two share follow the same dim map.
+    """
+    position: dict[int, int] = {}
+    for n, s in enumerate(steps):
+        for v in _step_values(s)[1]:
+            position[id(v)] = n
+    absorbed: set[int] = set()
+    for n, col in enumerate(steps):
+        if not (isinstance(col, Kernel) and col.kind == "column" and col.rank >= 2):
+            continue
+        reds = col.reductions
+        lead = list(range(col.rank - 1))
+        if len(reds) != len(col.outputs) or any(
+                op.name != "reduce" or op.attrs["kind"] != "sum" or red_axes(op) != lead
+                for op in reds):
+            continue
+        host_at = _epilogue_host(steps, n, col, position, absorbed)
+        if host_at is None:
+            continue
+        steps[host_at] = _with_epilogue(steps[host_at], col)  # type: ignore[arg-type]
+        absorbed.add(n)
+    if not absorbed:
+        return steps
+    kept = [s for n, s in enumerate(steps) if n not in absorbed]
+    _drop_unread_outputs(kept, graph)
+    return kept
+
+
+def _epilogue_host(steps: list[Step], n: int, col: Kernel, position: dict[int, int],
+                   absorbed: set[int]) -> int | None:
+    """Index of the row/loop kernel that can take column kernel ``steps[n]`` as epilogue."""
+    for h in range(n - 1, -1, -1):
+        host = steps[h]
+        if (h in absorbed or not isinstance(host, Kernel) or host.kind not in ("row", "loop")
+                or tuple(host.space) != tuple(col.space)):
+            continue
+        if host.split_concat is not None:
+            continue
+        produced = {id(v) for v in host.outputs}
+        if not any(id(v) in produced for v in col.inputs):
+            continue  # nothing to save: the column kernel reads no value this one writes
+        # the other inputs must exist before the host runs
+        if any(id(v) not in produced and position.get(id(v), -1) >= h for v in col.inputs):
+            continue
+        # what the column kernel reads from the host, it must read in the host's layout
+        ok = all(host.maps.get(id(op.operands[i])) == m for (oid, i), m in col.reads.items()
+                 for op in col.ops if id(op) == oid and id(op.operands[i]) in produced)
+        # values in both kernels (duplicated constants) must follow the same dims
+        shared = col.maps.keys() & host.maps.keys()
+        if ok and all(col.maps[v] == host.maps[v] for v in shared):
+            return h
+    return None
+
+
+def _with_epilogue(host: Kernel, col: Kernel) -> Kernel:
+    """``host`` also computing ``col``'s column sums; values it writes are no longer read
+    back by them (they come from the host's own loop)."""
+    k = Kernel(id=0, kind=host.kind, space=host.space, ops=list(host.ops),
+               maps=dict(host.maps), inputs=list(host.inputs), outputs=list(host.outputs),
+               reads=dict(host.reads), maybe_broadcast=dict(host.maybe_broadcast),
+               column_epilogue=list(host.column_epilogue))
+    inside = {id(r) for op in host.ops for r in op.results}
+    seen = {id(op) for op in k.ops}
+    for op in col.ops:
+        if id(op) not in seen:
+            seen.add(id(op))
+            k.ops.append(op)
+        for i, v in enumerate(op.operands):
+            key = (id(op), i)
+            if key in col.reads and id(v) not in inside:
+                k.reads[key] = col.reads[key]
+                if key in col.maybe_broadcast:
+                    k.maybe_broadcast[key] = col.maybe_broadcast[key]
+                if v not in k.inputs:
+                    k.inputs.append(v)
+    for v, m in col.maps.items():
+        k.maps.setdefault(v, m)
+    k.column_epilogue += col.reductions
+    k.outputs += col.outputs
+    k.ops = _topo(k.ops)
+    return k
+
+
+def _drop_unread_outputs(steps: list[Step], graph: Graph) -> None:
+    """Extra outputs (multi-output fusion) that no step reads any more and the graph does
+    not return are not written."""
+    wanted = {id(v) for v in graph.outputs}
+    for s in steps:
+        wanted |= {id(v) for v in _step_values(s)[0]}
+    for s in steps:
+        if isinstance(s, Kernel) and len(s.outputs) > 1:
+            epilogue = {id(op.results[0]) for op in s.column_epilogue}
+            s.outputs = [o for j, o in enumerate(s.outputs)
+                         if j == 0 or id(o) in wanted or id(o) in epilogue]
 
 
 def _contract(reach: list[int], group: list[int]) -> None:
