@@ -478,6 +478,18 @@ def test_horizontal_merges_never_close_a_cycle_together(compiler) -> None:
               rtol=1e-4, atol=1e-4)
 
 
+def test_affine_index_survives_a_same_size_slice_behind_a_unit_reshape(compiler) -> None:
+    """From TF's ``x[..., None, 1:2] + x[None, :1, ...][0, :, None, :1]``: a slice that
+    shortens a dim, a unit-dim reshape, then a slice keeping that dim's size. The index
+    stays affine through the last slice (it used to collapse to the kernel dim, whose size
+    differs, and the graph fell back)."""
+    from disc_core.parser import parse_graph
+
+    g = parse_graph((DATA / "unit_reshape_of_partial_slice.disc").read_text())
+    for shape in [(3, 4), (1, 1), (2, 5), (7, 2)]:  # (the [1]-reshape needs x non-empty)
+        check(compiler, g, [randn(*shape)])
+
+
 # -- fusion shapes ---------------------------------------------------------------------------
 
 def test_multi_output_fusion_writes_shared_values(compiler) -> None:
@@ -643,6 +655,80 @@ def test_column_epilogue_in_a_speculative_kernel(compiler) -> None:
     assert kernels(exe) == {"loop": 1}
     assert _counters(exe, same) == {"kernel0.parallel": 1, "kernel0.contiguous": 1}
     assert _counters(exe, bcst) == {"kernel0.parallel": 1, "kernel0.strided": 1}
+
+
+def _layernorm_training_forward():
+    """LayerNorm forward as a training graph has it (torch's decomposition): keepdim
+    statistics [B, S, 1] (reshapes adding a unit dim), mean and rstd / H saved as outputs."""
+    b = GraphBuilder("ln_train_fwd")
+    B, S = b.symbol("B"), b.symbol("S")
+    H = 24
+    x, w = b.input("x", "f32", [B, S, H]), b.input("w", "f32", [H])
+
+    def splat(value, shape):
+        return b.broadcast_in_dim(b.constant(np.float32(value)), shape=shape,
+                                  broadcast_dimensions=[])
+
+    def per_row(v):  # [B, S, 1] -> broadcast over H
+        return b.broadcast_in_dim(b.reshape(v, shape=[B, S]), shape=[B, S, H],
+                                  broadcast_dimensions=[0, 1])
+
+    mean = b.reshape(b.div(b.reduce(x, kind="sum", axes=[2]), splat(H, [B, S])),
+                     shape=[B, S, 1])
+    xc = b.sub(x, per_row(mean))
+    var = b.reshape(b.div(b.reduce(b.mul(xc, xc), kind="sum", axes=[2]), splat(H, [B, S])),
+                    shape=[B, S, 1])
+    rstd = b.rsqrt(b.add(var, splat(1e-5, [B, S, 1])))
+    y = b.mul(b.mul(xc, per_row(rstd)),
+              b.broadcast_in_dim(w, shape=[B, S, H], broadcast_dimensions=[2]))
+    # rstd / H, saved for the backward pass, is planned first (it is last in the graph)
+    return b.build(y, mean, b.div(rstd, splat(H, [B, S, 1])))
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (0, 4), (1, 1), (3, 0), (4, 333)])
+def test_keepdim_statistics_stay_in_their_row_kernel(compiler, shape) -> None:
+    """Unit-dim reshapes are indexing inside a kernel, per-row values may be written by
+    the kernel that will reduce, and a loop kernel over the rows (rstd / H) folds into the
+    row kernel: the whole training forward is one kernel, plus the zero-copy reshape that
+    returns the mean as [B, S, 1]."""
+    graph = _layernorm_training_forward()
+    exe = check(compiler, graph, [randn(*shape, 24), randn(24)], rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"row": 1, "alias": 1}
+
+
+def test_column_sums_ride_on_a_kernel_that_reads_what_they_sum(compiler) -> None:
+    """dgamma = sum(dy * xhat) and dbeta = sum(dy), with dy and xhat graph inputs that the
+    dx row kernel reads too: the sums ride on it (a sibling), so dy is read once."""
+    b = GraphBuilder("ln_bwd_saved")
+    N = b.symbol("N")
+    dy, xhat, g = b.input("dy", "f32", [N, 40]), b.input("xhat", "f32", [N, 40]), \
+        b.input("g", "f32", [40])
+    gy = b.mul(dy, b.broadcast_in_dim(g, shape=[N, 40], broadcast_dimensions=[1]))
+    s1 = b.broadcast_in_dim(b.reduce(gy, kind="sum", axes=[1]), shape=[N, 40],
+                            broadcast_dimensions=[0])
+    dx = b.sub(gy, b.mul(xhat, s1))
+    graph = b.build(dx, b.reduce(b.mul(dy, xhat), kind="sum", axes=[0]),
+                    b.reduce(dy, kind="sum", axes=[0]))
+    for rows in [0, 1, 7, 900]:
+        exe = check(compiler, graph, [randn(rows, 40), randn(rows, 40), randn(40)],
+                    rtol=1e-4, atol=1e-3)
+    assert kernels(exe) == {"row": 1}
+    assert exe.artifact.metadata["native"]["kernels"][0]["column_epilogue"] == 2
+
+
+def test_bias_gradient_of_a_flattened_view_rides_on_its_producer(compiler) -> None:
+    """db = sum over rows of reshape(dx, [B*S, H]), dx made by a loop kernel over [B, S, H]:
+    the reduce reads dx itself (algebraic rule) and rides on the loop kernel."""
+    b = GraphBuilder("bias_grad_flat")
+    B, S = b.symbol("B"), b.symbol("S")
+    x, dy = b.input("x", "f32", [B, S, 16]), b.input("dy", "f32", [B, S, 16])
+    dx = b.mul(dy, b.tanh(x))
+    flat = b.reshape(dx, shape=[B * S, 16])
+    graph = b.build(flat, b.reduce(flat, kind="sum", axes=[0]))
+    for shape in [(2, 3), (0, 5), (1, 1), (3, 700)]:
+        exe = check(compiler, graph, [randn(*shape, 16), randn(*shape, 16)], rtol=1e-4,
+                    atol=1e-3)
+    assert kernels(exe) == {"loop": 1, "alias": 1}  # the flat view returned: zero copy
 
 
 def test_horizontal_fusion_of_independent_kernels(compiler) -> None:

@@ -80,6 +80,32 @@ def test_algebraic_rules(build, expect) -> None:
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("shape, flat, axes, rewritten", [
+    # a bias gradient of [B*S, H] computed from [B, S, H]: reduce the source's B and S
+    (["B", "S", 8], ["B*S", 8], [0], True),
+    (["B", 4, 3, 8], ["B*12", 8], [0], True),
+    (["N", 8], [2, "N*4"], [0], False),   # the reshape regroups the kept dim too
+    (["B", "S", 8], ["B*S", 8], [1], False),  # the kept dim is reduced, not the merged ones
+])
+def test_reduce_of_a_regrouping_reshape_reduces_the_source(shape, flat, axes,
+                                                            rewritten) -> None:
+    from disc_core.symbolic import parse_expr
+
+    b = GraphBuilder("g")
+    u = b.input("u", "f32", shape)
+    dims = [parse_expr(d) if isinstance(d, str) else d for d in flat]
+    g = b.build(b.reduce(b.reshape(u, shape=dims), kind="sum", axes=axes))
+    PassManager([Canonicalize(), DCE()]).run(g)
+    assert ("reshape" not in names(g)) is rewritten, names(g)
+    concrete = [5 if d == "B" else 3 if d in ("S", "N") else d for d in shape]
+    data = np.random.default_rng(0).standard_normal(concrete).astype(np.float32)
+    ref = GraphBuilder("ref")
+    ru = ref.input("u", "f32", shape)
+    want = interpret(ref.build(ref.reduce(ref.reshape(ru, shape=dims), kind="sum", axes=axes)),
+                     [data])
+    np.testing.assert_allclose(interpret(g, [data])[0], want[0], rtol=1e-5, atol=1e-5)
+
+
 def test_commutative_constants_move_right_and_cse() -> None:
     b = GraphBuilder("g")
     x = b.input("x", "f32", [4])

@@ -675,8 +675,8 @@ class _KernelEmitter:
         return f"const {ctype(r.dtype)} {name} = {expr};"
 
     def expr(self, op: Op, args: list[str]) -> str:
-        if op.name in ("broadcast_in_dim", "transpose", "slice", "reverse"):
-            return args[0]  # the dim map did the work
+        if op.name in ("broadcast_in_dim", "transpose", "slice", "reverse", "reshape"):
+            return args[0]  # the dim map did the work (reshape: only unit dims, see fusion)
         if op.name == "pad":
             return self.guarded_pad(op, args)
         if op.name == "concatenate":

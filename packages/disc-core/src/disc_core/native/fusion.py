@@ -12,6 +12,11 @@ iteration *space* (the shape of its root) viewed as rows x an innermost column d
   *sum* of what a row or loop kernel over the same space computes is folded into that
   kernel instead (a column epilogue: per-block partial sums).
 
+After planning, loop kernels that consume a row or loop kernel's values over its space
+or its rows are folded into it (vertical merging), column sums ride on a kernel that makes
+or reads what they sum (column epilogues), and independent kernels over one space merge
+(horizontal fusion).
+
 Every value a kernel touches carries a *dim map*: for each of its dims, the kernel dim it
 follows, or None where it is broadcast. Dims that are structurally equal (after shape
 propagation: provably equal) map without index arithmetic; a symbolic dim that may be an
@@ -93,6 +98,11 @@ def compose(e: Entry, scale: object, offset: object) -> Entry:
     s, o = as_expr(scale), as_expr(offset)  # type: ignore[arg-type]
     if isinstance(e, Aff):
         d, s, o = e.dim, s * e.scale, s * e.offset + o  # type: ignore[operator]
+        if d is not None:
+            # stays affine even when it composes to the identity: it is affine because the
+            # sizes differ somewhere upstream (a slice of a longer dim), and a plain kernel
+            # dim would claim this value's dim is the kernel's
+            return Aff(d, s, o)
     else:
         d = e
     if d is None:
@@ -265,6 +275,15 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
         if i == 1:
             return result_map, {}
         return tuple(DATA if j == axis else e for j, e in enumerate(result_map)), {}
+    if name == "reshape":
+        pairs = unit_reshape_pairs(op)
+        if pairs is None:
+            raise NativeUnsupported("reshape cannot be fused unless it only adds or removes "
+                                    "size-1 dims")
+        out3: list[Entry] = [None] * v.rank  # the operand's unit dims are read at index 0
+        for rd, od in pairs:
+            out3[od] = result_map[rd]
+        return tuple(out3), {}
     if name == "concatenate":
         axis = op.attrs["dimension"]
         start = sum((w.shape[axis] for w in op.operands[:i]), start=v.shape[axis] * 0)
@@ -274,9 +293,27 @@ def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
     raise NativeUnsupported(f"{name} cannot be fused")
 
 
+def unit_reshape_pairs(op: Op) -> list[tuple[int, int]] | None:
+    """(result dim, operand dim) pairs of a reshape that only inserts or removes dims of
+    static size 1 (keepdim reductions, ``x[:, None]``, squeeze), None for any other reshape.
+
+    Such a reshape moves no data: inside a kernel it is indexing (the unit dims read index
+    0), so a keepdim statistic stays in the kernel that computes it instead of splitting
+    the kernel at a zero-copy alias."""
+    def non_unit(shape: tuple) -> list[int]:
+        return [j for j, d in enumerate(shape) if not (d.is_const and d.value == 1)]
+
+    src, res = op.operands[0].shape, op.results[0].shape
+    a, b = non_unit(src), non_unit(res)
+    if len(a) != len(b) or any(src[i] != res[j] for i, j in zip(a, b)):
+        return None
+    return list(zip(b, a))
+
+
 def _fusible(op: Op) -> bool:
     return (op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT) or op.name in DUPLICABLE
-            or op.name in INDEXING or op.name in REDUCTIONS)
+            or op.name in INDEXING or op.name in REDUCTIONS
+            or (op.name == "reshape" and unit_reshape_pairs(op) is not None))
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -304,8 +341,12 @@ def plan_fusion(graph: Graph, *, horizontal: bool = True) -> FusionPlan:
                 raise NativeUnsupported("fusion produced a cycle between kernels") from None
             banned |= extras
     if horizontal:
-        steps = _order_steps(_merge_horizontally(steps))
+        # column kernels first look for a kernel to ride on (each for its own producer),
+        # then whatever is left merges horizontally
+        steps = _order_steps(_merge_horizontally(steps, ("row", "loop")))
+        steps = _merge_vertically(steps, graph)
         steps = _order_steps(_fuse_column_epilogues(steps, graph))
+        steps = _order_steps(_merge_horizontally(steps, ("column", "row", "loop")))
     for n, k in enumerate(s for s in steps if isinstance(s, Kernel)):
         k.id = n
     return FusionPlan(steps)
@@ -431,18 +472,18 @@ def _order_steps(steps: list[Step]) -> list[Step]:
     return [steps[n] for n in out]
 
 
-def _merge_horizontally(steps: list[Step]) -> list[Step]:
-    """Merge independent kernels of the same kind over the same space into one.
+def _merge_horizontally(steps: list[Step], kinds: tuple[str, ...]) -> list[Step]:
+    """Merge independent kernels of the same kind (one of ``kinds``) over the same space.
 
-    Saves a pass over shared inputs and a kernel launch (e.g. LayerNorm backward's dgamma
-    and dbeta column reductions become one kernel)."""
+    Saves a pass over shared inputs and a kernel launch (e.g. two column reductions of the
+    same values become one kernel)."""
     reach = _step_reachability(steps)
     merged: list[Step] = []
     absorbed: set[int] = set()
     for n, s in enumerate(steps):
         if n in absorbed:
             continue
-        if isinstance(s, Kernel) and s.kind in ("column", "row", "loop"):
+        if isinstance(s, Kernel) and s.kind in kinds:
             group = [n]
             for m in range(n + 1, len(steps)):
                 t = steps[m]
@@ -467,13 +508,14 @@ def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
     """Fold column-sum kernels into the row or loop kernel over the same space that produces
     what they sum (stitching a column reduction onto a row schedule).
 
-    Backward passes sum over the rows what a row or loop kernel has just computed:
+    Backward passes sum over the rows what a row or loop kernel has just computed or read:
     LayerNorm's dgamma and dbeta, a bias gradient next to the elementwise gradient. As two
-    kernels, the second reads back values the first wrote for it (often only for it); folded
-    together, every block of rows accumulates its own partial column sums while its last
-    inner loop runs, and the partials are added once the blocks are done. Taken when every
-    reduction of the column kernel sums all dims but the innermost, its other inputs exist
-    before the row kernel runs, and values the two share follow the same dim map.
+    kernels, the second reads back values the first wrote for it (often only for it) or read
+    already; folded together, every block of rows accumulates its own partial column sums
+    while its last inner loop runs, and the partials are added once the blocks are done.
+    Taken when every reduction of the column kernel sums all dims but the innermost, its
+    other inputs exist before the row kernel runs, and values the two share follow the same
+    dim map.
     """
     position: dict[int, int] = {}
     for n, s in enumerate(steps):
@@ -503,7 +545,17 @@ def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
 
 def _epilogue_host(steps: list[Step], n: int, col: Kernel, position: dict[int, int],
                    absorbed: set[int]) -> int | None:
-    """Index of the row/loop kernel that can take column kernel ``steps[n]`` as epilogue."""
+    """Index of the row/loop kernel that can take column kernel ``steps[n]`` as epilogue:
+    the nearest one writing a value it sums, else the nearest one reading one."""
+    for siblings in (False, True):
+        h = _epilogue_host_among(steps, n, col, position, absorbed, siblings)
+        if h is not None:
+            return h
+    return None
+
+
+def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[int, int],
+                         absorbed: set[int], siblings: bool) -> int | None:
     for h in range(n - 1, -1, -1):
         host = steps[h]
         if (h in absorbed or not isinstance(host, Kernel) or host.kind not in ("row", "loop")
@@ -512,8 +564,11 @@ def _epilogue_host(steps: list[Step], n: int, col: Kernel, position: dict[int, i
         if host.split_concat is not None:
             continue
         produced = {id(v) for v in host.outputs}
-        if not any(id(v) in produced for v in col.inputs):
-            continue  # nothing to save: the column kernel reads no value this one writes
+        col_maps, host_maps = _read_maps(col), _read_maps(host)
+        if not any(id(v) in produced or (siblings and id(v) in host_maps and
+                                         host_maps[id(v)] == col_maps.get(id(v)))
+                   for v in col.inputs):
+            continue  # nothing to save: it neither writes nor reads what the column sums
         # the other inputs must exist before the host runs
         if any(id(v) not in produced and position.get(id(v), -1) >= h for v in col.inputs):
             continue
@@ -525,6 +580,20 @@ def _epilogue_host(steps: list[Step], n: int, col: Kernel, position: dict[int, i
         if ok and all(col.maps[v] == host.maps[v] for v in shared):
             return h
     return None
+
+
+def _read_maps(k: Kernel) -> dict[int, DimMap]:
+    """id(value) -> the dim map ``k`` reads it with (when every read agrees)."""
+    ops = {id(op): op for op in k.ops}
+    out: dict[int, DimMap] = {}
+    clash: set[int] = set()
+    for (oid, i), m in k.reads.items():
+        v = ops[oid].operands[i]
+        if out.setdefault(id(v), m) != m:
+            clash.add(id(v))
+    for v in clash:
+        del out[v]
+    return out
 
 
 def _with_epilogue(host: Kernel, col: Kernel) -> Kernel:
@@ -557,16 +626,132 @@ def _with_epilogue(host: Kernel, col: Kernel) -> Kernel:
 
 
 def _drop_unread_outputs(steps: list[Step], graph: Graph) -> None:
-    """Extra outputs (multi-output fusion) that no step reads any more and the graph does
-    not return are not written."""
+    """Outputs that no step reads any more and the graph does not return are not written
+    (a kernel keeps at least one)."""
     wanted = {id(v) for v in graph.outputs}
     for s in steps:
         wanted |= {id(v) for v in _step_values(s)[0]}
     for s in steps:
         if isinstance(s, Kernel) and len(s.outputs) > 1:
             epilogue = {id(op.results[0]) for op in s.column_epilogue}
-            s.outputs = [o for j, o in enumerate(s.outputs)
-                         if j == 0 or id(o) in wanted or id(o) in epilogue]
+            kept = [o for o in s.outputs if id(o) in wanted or id(o) in epilogue]
+            s.outputs = kept or s.outputs[:1]
+
+
+def _merge_vertically(steps: list[Step], graph: Graph) -> list[Step]:
+    """Fold a loop kernel into the row or loop kernel that writes what it reads, when
+    planning from the graph's end split them: the consumer covers the producer's space (its
+    full rows) or its rows (one value per row, e.g. a keepdim statistic [B, S, 1] computed
+    from a row kernel's sums over [B, S, H], such as the rstd / H a LayerNorm forward saves
+    for its backward). The consumer's values are then computed in the producer's loops;
+    what the producer wrote only for it is no longer written. Repeated to a fixpoint."""
+    while True:
+        producer: dict[int, int] = {}
+        for n, s in enumerate(steps):
+            for v in _step_values(s)[1]:
+                producer[id(v)] = n
+        reach = _step_reachability(steps)
+        for c, cons in enumerate(steps):
+            if not (isinstance(cons, Kernel) and cons.kind == "loop" and not cons.reductions
+                    and cons.split_concat is None and not cons.column_epilogue):
+                continue
+            sources = sorted({producer[id(v)] for v in cons.inputs if id(v) in producer})
+            for p in sources:
+                merged = _absorb_consumer(steps[p], cons, p, sources, reach, producer)
+                if merged is not None:
+                    steps = [merged if n == p else s for n, s in enumerate(steps) if n != c]
+                    steps = _order_steps(steps)
+                    _drop_unread_outputs(steps, graph)
+                    break
+            else:
+                continue
+            break
+        else:
+            return steps
+
+
+def _absorb_consumer(prod: Step, cons: Kernel, p: int, sources: list[int], reach: list[int],
+                     producer: dict[int, int]) -> Kernel | None:
+    """``prod`` also computing loop kernel ``cons`` (see _merge_vertically), or None."""
+    if not (isinstance(prod, Kernel) and prod.kind in ("row", "loop") and prod.rank >= 1
+            and prod.split_concat is None):
+        return None
+    # cons may not depend on prod through another step (that step must run in between)
+    if any(q != p and reach[q] >> p & 1 for q in sources):
+        return None
+    to_prod = _consumer_dims(cons, prod)
+    if to_prod is None:
+        return None
+
+    def translate(m: DimMap) -> DimMap | None:
+        out: list[Entry] = []
+        for e in m:
+            if e is None:
+                out.append(None)
+            elif isinstance(e, int) and not isinstance(e, bool):
+                out.append(to_prod[e])
+            else:
+                return None  # affine / indirect entries: keep the kernels apart
+        return tuple(out)
+
+    maps: dict[int, DimMap] = {}
+    for v, m in cons.maps.items():
+        t = translate(m)
+        if t is None or (v in prod.maps and prod.maps[v] != t):
+            return None
+        maps[v] = t
+    inside = {id(r) for op in prod.ops for r in op.results}
+    reads: dict[tuple[int, int], DimMap] = {}
+    for (oid, i), m in cons.reads.items():
+        t = translate(m)
+        if t is None:
+            return None
+        reads[(oid, i)] = t
+    ops_by_id = {id(op): op for op in cons.ops}
+    for (oid, i), t in list(reads.items()):
+        v = ops_by_id[oid].operands[i]
+        if id(v) in inside:
+            if prod.maps.get(id(v)) != t:
+                return None  # read at other points than the producer computes it
+            del reads[(oid, i)]
+    k = Kernel(id=0, kind=prod.kind, space=prod.space, ops=list(prod.ops),
+               maps=dict(prod.maps), inputs=list(prod.inputs), outputs=list(prod.outputs),
+               reads=dict(prod.reads), maybe_broadcast=dict(prod.maybe_broadcast),
+               column_epilogue=list(prod.column_epilogue))
+    seen = {id(op) for op in k.ops}
+    k.ops += [op for op in cons.ops if id(op) not in seen]
+    k.ops = _topo(k.ops)
+    k.maps.update(maps)
+    k.reads.update(reads)
+    for key, maybe in cons.maybe_broadcast.items():
+        if key in reads:
+            k.maybe_broadcast[key] = {j: to_prod[d] for j, d in maybe.items()}
+    for v in cons.inputs:
+        if id(v) not in inside and v not in k.inputs:
+            k.inputs.append(v)
+    k.outputs += [o for o in cons.outputs if o not in k.outputs]
+    return k
+
+
+def _consumer_dims(cons: Kernel, prod: Kernel) -> list[int | None] | None:
+    """For each dim of ``cons``'s space, the ``prod`` dim it is (None for a static unit dim
+    read at index 0), when ``cons`` covers ``prod``'s space or its rows; else None."""
+    if tuple(cons.space) == tuple(prod.space):
+        return list(range(prod.rank))
+    rows = tuple(prod.space[:-1])
+    if prod.rank < 2 or not rows:
+        return None
+    out: list[int | None] = []
+    nxt = 0
+    for d in cons.space:
+        if d.is_const and d.value == 1 and (nxt >= len(rows) or rows[nxt] != d):
+            out.append(None)
+        elif nxt < len(rows) and rows[nxt] == d:
+            out.append(nxt)
+            nxt += 1
+        else:
+            return None
+    return out if nxt == len(rows) else None
 
 
 def _contract(reach: list[int], group: list[int]) -> None:
@@ -617,6 +802,7 @@ def _merge(kernels: list[Kernel]) -> Kernel:
         k.reads.update(part.reads)
         k.maybe_broadcast.update(part.maybe_broadcast)
         k.split_concat = k.split_concat or part.split_concat
+        k.column_epilogue += part.column_epilogue
         for v in part.inputs:
             if v not in k.inputs:
                 k.inputs.append(v)
@@ -794,8 +980,13 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
         # written by this kernel for its other readers: only in a layout the kernel writes
         # (full rows, or one value per row in a row kernel), and only if no other reader
         # is an ancestor of the kernel (that would make a cycle)
-        row_level = (k.kind == "row" or becomes_row) and need == tuple(range(k.rank - 1))
-        if k.kind == "column" or not (need == tuple(range(k.rank)) or row_level):
+        dense = _without_unit_dims(v, need)
+        # one value per row: a row kernel's statistics, or a per-row value a loop kernel
+        # computes on its way to the reductions that will make it a row kernel (a keepdim
+        # statistic saved for the backward pass)
+        row_level = ((k.kind == "row" or becomes_row or k.rank >= 2)
+                     and dense == tuple(range(k.rank - 1)))
+        if k.kind == "column" or not (dense == tuple(range(k.rank)) or row_level):
             return False
         if any(ancestors.depends_on(root, u) for u in external):
             return False
@@ -805,6 +996,18 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
     if becomes_row:
         k.kind = "row"
     return verdict
+
+
+def _without_unit_dims(v: Value, need: DimMap) -> DimMap | None:
+    """``need`` without the entries of ``v``'s static size-1 dims, provided those read index
+    0 (None): a value laid out like the kernel but for unit dims (a keepdim statistic
+    [B, S, 1] of a row kernel over [B, S, H]) is written with the same offsets."""
+    out = []
+    for d, e in zip(v.shape, need):
+        if d.is_const and d.value == 1 and e is None:
+            continue
+        out.append(e)
+    return tuple(out)
 
 
 def _topo(ops: list[Op]) -> list[Op]:

@@ -15,6 +15,7 @@ import numpy as np
 from ..dtypes import DType
 from ..ir import Op, Value
 from ..opdef import Rewriter
+from ..symbolic import product
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,33 @@ def _widening(src: DType, mid: DType) -> bool:
     return False
 
 
+def _reduced_reshape_source(op: Op) -> tuple[Value, list[int]] | None:
+    """For ``reduce(reshape(u), axes)`` whose axes are exactly the leading dims the reshape
+    merged or split (the kept trailing dims untouched): ``u`` and the axes of ``u`` that
+    cover the same elements. None for any other reduce."""
+    x = op.operands[0]
+    p = x.producer
+    if p is None or p.name != "reshape":
+        return None
+    u = p.operands[0]
+    axes = sorted(op.attrs["axes"])
+    k = len(axes)
+    if not axes or axes != list(range(k)):
+        return None
+    kept = x.rank - k  # trailing dims both sides must share
+    ku = u.rank - kept
+    if ku < 1 or tuple(x.shape[k:]) != tuple(u.shape[ku:]):
+        return None
+    if product(x.shape[:k]) != product(u.shape[:ku]):
+        return None
+    return u, list(range(ku))
+
+
+def _reduce_source(op: Op, rw: Rewriter) -> Value:
+    u, axes = _reduced_reshape_source(op)  # type: ignore[misc]
+    return rw.op("reduce", u, kind=op.attrs["kind"], axes=axes)
+
+
 RULES: list[Rule] = [
     Rule("add", lambda op: _int(op) and _is(op.operands[1], 0)
          and _same_type(op.operands[0], op), _lhs, "x + 0 = x (integers)"),
@@ -118,6 +146,9 @@ RULES: list[Rule] = [
          lambda op, rw: op.operands[1], "select(true, a, b) = a"),
     Rule("select", lambda op: _is(op.operands[0], False) and _same_type(op.operands[2], op),
          lambda op, rw: op.operands[2], "select(false, a, b) = b"),
+    Rule("reduce", lambda op: _reduced_reshape_source(op) is not None, _reduce_source,
+         "reducing the leading dims of reshape(u) that only regroups them reduces u's "
+         "leading dims (a bias gradient of [B*S, H] reads [B, S, H] where it is made)"),
     Rule("convert", lambda op: op.operands[0].producer is not None
          and op.operands[0].producer.name == "convert"
          and op.operands[0].producer.operands[0].dtype is op.results[0].dtype
