@@ -731,6 +731,24 @@ def test_bias_gradient_of_a_flattened_view_rides_on_its_producer(compiler) -> No
     assert kernels(exe) == {"loop": 1, "alias": 1}  # the flat view returned: zero copy
 
 
+def test_linear_layer_on_3d_activations_is_one_gemm_and_one_kernel(compiler) -> None:
+    """x [B, S, K] viewed as [B*S, K], GEMM, bias, GELU-ish activation, residual, viewed
+    back: the views move out of the way (passes/reshapes.py), so the bias add, activation
+    and residual run in one kernel over [B, S, N] after one GEMM."""
+    b = GraphBuilder("mlp")
+    B, S = b.symbol("B"), b.symbol("S")
+    x, w = b.input("x", "f32", [B, S, 12]), b.input("w", "f32", [12, 12])
+    bias = b.input("bias", "f32", [12])
+    flat = b.reshape(x, shape=[B * S, 12])
+    y = b.dot_general(flat, w, lhs_batch=[], rhs_batch=[], lhs_contract=[1], rhs_contract=[0])
+    y = b.tanh(b.add(y, b.broadcast_in_dim(bias, shape=[B * S, 12], broadcast_dimensions=[1])))
+    graph = b.build(b.add(x, b.reshape(y, shape=[B, S, 12])))
+    for shape in [(2, 3), (1, 1), (0, 4), (3, 50)]:
+        exe = check(compiler, graph, [randn(*shape, 12), randn(12, 12), randn(12)], rtol=1e-4,
+                    atol=1e-4)
+    assert kernels(exe) == {"librarycall": 1, "loop": 1}
+
+
 def test_horizontal_fusion_of_independent_kernels(compiler) -> None:
     b = GraphBuilder("horizontal")
     N = b.symbol("N")

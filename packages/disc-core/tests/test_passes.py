@@ -151,3 +151,93 @@ def test_pass_manager_reports_the_breaking_pass() -> None:
     g = b.build(b.exp(b.neg(x)))
     with pytest.raises(VerifyError, match="after pass breaks"):
         PassManager([Breaks()]).run(g)
+
+
+def _linear_3d(b, x, w, bias, act=None):
+    """A linear layer as frameworks run it on [B, S, K]: view as 2-D, GEMM, bias, view back."""
+    B, S = x.shape[0], x.shape[1]
+    flat = b.reshape(x, shape=[B * S, x.shape[2]])
+    y = b.dot_general(flat, w, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                      rhs_contract=[0])
+    y = b.add(y, b.broadcast_in_dim(bias, shape=list(y.shape), broadcast_dimensions=[1]))
+    if act is not None:
+        y = act(y)
+    return b.reshape(y, shape=[B, S, w.shape[1]])
+
+
+def _check_same(build, inputs) -> list[str]:
+    b = GraphBuilder("g")
+    g = b.build(*build(b))
+    ref = GraphBuilder("ref")
+    want = interpret(ref.build(*build(ref)), inputs)
+    default_pipeline().run(g)
+    for got, w in zip(interpret(g, inputs), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+    return names(g)
+
+
+def test_linear_layer_views_move_out_of_the_way() -> None:
+    """GEMM on [B, S, K] directly, bias add (and what follows) on [B, S, N]: no reshape."""
+    rng = np.random.default_rng(0)
+
+    def build(b):
+        x = b.input("x", "f32", ["B", "S", 6])
+        w, bias = b.input("w", "f32", [6, 5]), b.input("bias", "f32", [5])
+        return [_linear_3d(b, x, w, bias, act=b.tanh)]
+
+    ops = _check_same(build, [rng.standard_normal(s).astype(np.float32)
+                              for s in [(2, 3, 6), (6, 5), (5,)]])
+    assert "reshape" not in ops and ops.count("dot_general") == 1, ops
+
+
+def test_weight_gradient_contracts_the_leading_dims_of_both_views() -> None:
+    rng = np.random.default_rng(1)
+
+    def build(b):
+        dy, x = b.input("dy", "f32", ["B", "S", 5]), b.input("x", "f32", ["B", "S", 6])
+        flat_dy = b.reshape(dy, shape=[dy.shape[0] * dy.shape[1], 5])
+        flat_x = b.reshape(x, shape=[x.shape[0] * x.shape[1], 6])
+        return [b.dot_general(flat_dy, flat_x, lhs_batch=[], rhs_batch=[], lhs_contract=[0],
+                              rhs_contract=[0])]
+
+    ops = _check_same(build, [rng.standard_normal(s).astype(np.float32)
+                              for s in [(2, 3, 5), (2, 3, 6)]])
+    assert ops == ["dot_general"], ops
+
+
+def test_head_merge_view_feeds_the_gemm_through_one_zero_copy_view() -> None:
+    """[B, S, H, D] viewed as [B*S, H*D] before a GEMM: it becomes [B, S, H*D] (a view the
+    native engine aliases) and the GEMM's M is B*S as it is."""
+    rng = np.random.default_rng(2)
+
+    def build(b):
+        x = b.input("x", "f32", ["B", "S", 2, 3])
+        w = b.input("w", "f32", [6, 4])
+        flat = b.reshape(x, shape=[x.shape[0] * x.shape[1], 6])
+        y = b.dot_general(flat, w, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                          rhs_contract=[0])
+        return [b.reshape(b.exp(y), shape=[x.shape[0], x.shape[1], 4])]
+
+    ops = _check_same(build, [rng.standard_normal(s).astype(np.float32)
+                              for s in [(2, 3, 2, 3), (6, 4)]])
+    assert ops == ["reshape", "dot_general", "exp"], ops
+
+
+def test_views_that_split_the_kept_dim_stay() -> None:
+    """A view that regroups more than the leading dims is not moved."""
+    rng = np.random.default_rng(3)
+
+    def build(b):
+        x = b.input("x", "f32", ["N", 2, 3])
+        flat = b.reshape(x, shape=[x.shape[0] * 2, 3])  # merges the leading dims: moves
+        odd = b.reshape(x, shape=[x.shape[0], 6])  # merges trailing dims: stays
+        return [b.exp(flat), b.exp(odd)]
+
+    b = GraphBuilder("g")
+    g = b.build(*build(b))
+    ops = _check_same(build, [rng.standard_normal((4, 2, 3)).astype(np.float32)])
+    default_pipeline().run(g)
+    exps = [op for op in g.ops if op.name == "exp"]
+    assert ops.count("reshape") == 2
+    # one exp runs on x itself ([N, 2, 3]), the other on the [N, 6] view
+    assert sorted(op.operands[0].rank for op in exps) == [2, 3]

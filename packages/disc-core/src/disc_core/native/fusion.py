@@ -517,48 +517,53 @@ def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
     other inputs exist before the row kernel runs, and values the two share follow the same
     dim map.
     """
-    position: dict[int, int] = {}
-    for n, s in enumerate(steps):
-        for v in _step_values(s)[1]:
-            position[id(v)] = n
-    absorbed: set[int] = set()
-    for n, col in enumerate(steps):
-        if not (isinstance(col, Kernel) and col.kind == "column" and col.rank >= 2):
-            continue
-        reds = col.reductions
-        lead = list(range(col.rank - 1))
-        if len(reds) != len(col.outputs) or any(
-                op.name != "reduce" or op.attrs["kind"] != "sum" or red_axes(op) != lead
-                for op in reds):
-            continue
-        host_at = _epilogue_host(steps, n, col, position, absorbed)
-        if host_at is None:
-            continue
-        steps[host_at] = _with_epilogue(steps[host_at], col)  # type: ignore[arg-type]
-        absorbed.add(n)
-    if not absorbed:
-        return steps
-    kept = [s for n, s in enumerate(steps) if n not in absorbed]
-    _drop_unread_outputs(kept, graph)
-    return kept
+    fused_any = False
+    while True:  # one fold at a time: positions and reachability change with each
+        position: dict[int, int] = {}
+        for n, s in enumerate(steps):
+            for v in _step_values(s)[1]:
+                position[id(v)] = n
+        reach = _step_reachability(steps)
+        for n, col in enumerate(steps):
+            if not (isinstance(col, Kernel) and col.kind == "column" and col.rank >= 2):
+                continue
+            reds = col.reductions
+            lead = list(range(col.rank - 1))
+            if len(reds) != len(col.outputs) or any(
+                    op.name != "reduce" or op.attrs["kind"] != "sum" or red_axes(op) != lead
+                    for op in reds):
+                continue
+            h = _epilogue_host(steps, n, col, position, reach)
+            if h is not None:
+                merged = _with_epilogue(steps[h], col)  # type: ignore[arg-type]
+                steps = _order_steps([merged if m == h else s for m, s in enumerate(steps)
+                                      if m != n])
+                fused_any = True
+                break
+        else:
+            break
+    if fused_any:
+        _drop_unread_outputs(steps, graph)
+    return steps
 
 
 def _epilogue_host(steps: list[Step], n: int, col: Kernel, position: dict[int, int],
-                   absorbed: set[int]) -> int | None:
+                   reach: list[int]) -> int | None:
     """Index of the row/loop kernel that can take column kernel ``steps[n]`` as epilogue:
-    the nearest one writing a value it sums, else the nearest one reading one."""
+    the nearest one writing a value it sums, else the nearest one reading one (before or
+    after it in the order: a sibling may run later)."""
     for siblings in (False, True):
-        h = _epilogue_host_among(steps, n, col, position, absorbed, siblings)
+        h = _epilogue_host_among(steps, n, col, position, reach, siblings)
         if h is not None:
             return h
     return None
 
 
 def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[int, int],
-                         absorbed: set[int], siblings: bool) -> int | None:
-    for h in range(n - 1, -1, -1):
+                         reach: list[int], siblings: bool) -> int | None:
+    for h in sorted((m for m in range(len(steps)) if m != n), key=lambda m: abs(m - n)):
         host = steps[h]
-        if (h in absorbed or not isinstance(host, Kernel) or host.kind not in ("row", "loop")
+        if (not isinstance(host, Kernel) or host.kind not in ("row", "loop")
                 or tuple(host.space) != tuple(col.space)):
             continue
         if host.split_concat is not None:
@@ -569,9 +574,12 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
                                          host_maps[id(v)] == col_maps.get(id(v)))
                    for v in col.inputs):
             continue  # nothing to save: it neither writes nor reads what the column sums
-        # the other inputs must exist before the host runs
-        if any(id(v) not in produced and position.get(id(v), -1) >= h for v in col.inputs):
-            continue
+        if h < n:  # the column kernel's other inputs must exist before the host runs
+            if any(id(v) not in produced and position.get(id(v), -1) >= h
+                   for v in col.inputs):
+                continue
+        elif reach[h] >> n & 1:
+            continue  # a later host that needs the sums (or what they feed) cannot make them
         # what the column kernel reads from the host, it must read in the host's layout
         ok = all(host.maps.get(id(op.operands[i])) == m for (oid, i), m in col.reads.items()
                  for op in col.ops if id(op) == oid and id(op.operands[i]) in produced)

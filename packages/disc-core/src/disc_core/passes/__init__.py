@@ -6,6 +6,7 @@ from .dce import DCE
 from .fold import ConstantFold
 from .manager import Pass, PassManager, default_pipeline
 from .propagate import ShapePropagation
+from .reshapes import MoveReshapes
 
-__all__ = ["CSE", "DCE", "Canonicalize", "ConstantFold", "Pass", "PassManager",
+__all__ = ["CSE", "DCE", "Canonicalize", "ConstantFold", "MoveReshapes", "Pass", "PassManager",
            "ShapePropagation", "default_pipeline"]

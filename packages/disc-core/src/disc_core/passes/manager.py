@@ -66,6 +66,7 @@ def default_pipeline(**kwargs: object) -> PassManager:
     from .dce import DCE
     from .fold import ConstantFold
     from .propagate import ShapePropagation
+    from .reshapes import MoveReshapes
 
-    return PassManager([ShapePropagation(), Canonicalize(), ConstantFold(), CSE(), DCE()],
-                       **kwargs)  # type: ignore[arg-type]
+    return PassManager([ShapePropagation(), Canonicalize(), MoveReshapes(), ConstantFold(),
+                        CSE(), DCE()], **kwargs)  # type: ignore[arg-type]
