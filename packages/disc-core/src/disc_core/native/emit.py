@@ -118,6 +118,8 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 /* below this many multiply-adds a GEMM runs on one thread (thread start-up would dominate) */
 #define DISC_GEMM_PARALLEL_MIN 262144.0
 #define DISC_BLOCKS_PER_THREAD 4
+/* column-epilogue partial sums up to this size live on the calling thread's stack */
+#define DISC_STACK_PARTIALS 262144
 """
 
 
@@ -280,9 +282,13 @@ class _KernelEmitter:
                  "  const int64_t blocks = !parallel ? 1 : extent < want ? extent : want;",
                  # partial rows 64 elements apart at least: blocks never share a line
                  "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
+        # partial rows on the caller's stack when small: a malloc/free pair per call next
+        # to the arena's can make glibc trim and regrow its heap, page-faulting every call
         for _, name, t in parts:
-            lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(blocks > 0 ? blocks : 1) * "
-                         f"width * sizeof({t}));")
+            lines += [f"  const size_t {name}_bytes = (size_t)(blocks > 0 ? blocks : 1) * width"
+                      f" * sizeof({t});",
+                      f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
         call = ", ".join(names + [f"{name} + b * width" for _, name, _ in parts] + ["S"])
         lines += ["  if (!parallel) {",
                   f"    const int64_t b = 0; {fn}_part({call}, 0, extent);",
@@ -298,7 +304,7 @@ class _KernelEmitter:
                       f"    for (int64_t b = 0; b < blocks; ++b) acc += {name}[b * width + c];",
                       f"    out{j}[c] = acc;",
                       "  }",
-                      f"  free({name});"]
+                      f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
         lines.append("}\n")
         return "\n".join(lines)
 
