@@ -442,12 +442,14 @@ def _step_values(s: Step) -> tuple[list[Value], list[Value]]:
     return list(s.op.operands), list(s.op.results)
 
 
+def _producer_index(steps: list[Step]) -> dict[int, int]:
+    """id(value) -> index of the step that writes it."""
+    return {id(v): n for n, s in enumerate(steps) for v in _step_values(s)[1]}
+
+
 def _order_steps(steps: list[Step]) -> list[Step]:
     """Topological order of steps by the values they exchange, stable otherwise."""
-    producer: dict[int, int] = {}
-    for n, s in enumerate(steps):
-        for v in _step_values(s)[1]:
-            producer[id(v)] = n
+    producer = _producer_index(steps)
     deps = [{producer[id(v)] for v in _step_values(s)[0] if id(v) in producer} - {n}
             for n, s in enumerate(steps)]
     out: list[int] = []
@@ -519,10 +521,7 @@ def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
     """
     fused_any = False
     while True:  # one fold at a time: positions and reachability change with each
-        position: dict[int, int] = {}
-        for n, s in enumerate(steps):
-            for v in _step_values(s)[1]:
-                position[id(v)] = n
+        position = _producer_index(steps)
         reach = _step_reachability(steps)
         for n, col in enumerate(steps):
             if not (isinstance(col, Kernel) and col.kind == "column" and col.rank >= 2):
@@ -654,10 +653,7 @@ def _merge_vertically(steps: list[Step], graph: Graph) -> list[Step]:
     for its backward). The consumer's values are then computed in the producer's loops;
     what the producer wrote only for it is no longer written. Repeated to a fixpoint."""
     while True:
-        producer: dict[int, int] = {}
-        for n, s in enumerate(steps):
-            for v in _step_values(s)[1]:
-                producer[id(v)] = n
+        producer = _producer_index(steps)
         reach = _step_reachability(steps)
         for c, cons in enumerate(steps):
             if not (isinstance(cons, Kernel) and cons.kind == "loop" and not cons.reductions
@@ -784,10 +780,7 @@ def _contract(reach: list[int], group: list[int]) -> None:
 
 def _step_reachability(steps: list[Step]) -> list[int]:
     """reach[n] = bitmask of steps that step n depends on, transitively."""
-    producer: dict[int, int] = {}
-    for n, s in enumerate(steps):
-        for v in _step_values(s)[1]:
-            producer[id(v)] = n
+    producer = _producer_index(steps)
     reach = [0] * len(steps)
     for n, s in enumerate(steps):  # steps are topologically ordered
         for v in _step_values(s)[0]:
