@@ -34,24 +34,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import model_harness as harness  # benchmarks/, the script's own directory
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="hidden 64, 6 shapes (smoke run)")
-    p.add_argument("--modes", default="inference,training")
+    p = harness.parser(__doc__.split("\n\n")[0], "hidden 64, 6 shapes (smoke run)")
     p.add_argument("--no-xla", action="store_true", help="skip the XLA contender")
-    p.add_argument("--threads", type=int, default=None, help="threads for every contender")
-    p.add_argument("--rounds", type=int, default=5, help="steady-state rounds per shape")
-    p.add_argument("--output", type=Path, default=None)
     return p.parse_args(argv)
 
 
 ARGS = parse_args()
-THREADS = ARGS.threads or min(os.cpu_count() or 1, 2 if os.environ.get("CI") else 64)
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+THREADS = harness.thread_count(ARGS)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["DISC_CACHE_DIR"] = tempfile.mkdtemp(prefix="disc-bench-tf-cache-")  # cold
 
@@ -65,30 +60,15 @@ import keras  # noqa: E402
 
 import disc_tf  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "examples"))
+from tf_keras_train import pre_ln_block  # noqa: E402
+
 
 def block(hidden: int, heads: int) -> keras.Model:
-    """Pre-LN transformer block: x + attn(LN(x)), then + MLP(LN(.)) with GELU; attention
-    written with Dense layers and matmuls (what Keras layers emit as raw TF ops)."""
-    ops = keras.ops
+    """The demo's pre-LN transformer block (examples/tf_keras_train.py) on [batch, seq,
+    hidden] inputs."""
     inp = keras.Input((None, hidden))
-
-    class Attention(keras.layers.Layer):
-        def __init__(self, **kw):
-            super().__init__(**kw)
-            self.qkv = keras.layers.Dense(3 * hidden)
-            self.out = keras.layers.Dense(hidden)
-
-        def call(self, x):
-            b, t = ops.shape(x)[0], ops.shape(x)[1]
-            dh = hidden // heads
-            qkv = ops.transpose(ops.reshape(self.qkv(x), (b, t, 3, heads, dh)), (2, 0, 3, 1, 4))
-            s = ops.matmul(qkv[0], ops.transpose(qkv[1], (0, 1, 3, 2))) * (1.0 / dh ** 0.5)
-            att = ops.matmul(ops.softmax(s, axis=-1), qkv[2])
-            return self.out(ops.reshape(ops.transpose(att, (0, 2, 1, 3)), (b, t, hidden)))
-
-    x = inp + Attention()(keras.layers.LayerNormalization()(inp))
-    h = keras.layers.Dense(4 * hidden, activation="gelu")(keras.layers.LayerNormalization()(x))
-    return keras.Model(inp, x + keras.layers.Dense(hidden)(h))
+    return keras.Model(inp, pre_ln_block(keras, inp, hidden, heads))
 
 
 def make_step(model: keras.Model, mode: str) -> Callable[[tf.Tensor, tf.Tensor], Any]:
@@ -122,28 +102,6 @@ def contender(name: str, weights: list[np.ndarray], mode: str, hidden: int, head
     return disc_tf.function(fn, execution=execution, input_signature=sig)
 
 
-def first_pass(step: Callable, batches) -> tuple[float, list[np.ndarray]]:
-    outs = []
-    start = time.perf_counter()
-    for x, y in batches:
-        outs.append(np.asarray(step(x, y)))
-    return time.perf_counter() - start, outs
-
-
-def steady(steps: dict[str, Callable], batches, rounds: int) -> dict[str, list[float]]:
-    """Median seconds per call, per shape, for every contender; interleaved rounds."""
-    names = list(steps)
-    per: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for i, (x, y) in enumerate(batches):
-            for n in order:
-                t0 = time.perf_counter()
-                np.asarray(steps[n](x, y))  # wait for the result
-                per[n][i].append(time.perf_counter() - t0)
-    return {n: [statistics.median(s) for s in per[n]] for n in names}
-
-
 def coverage(fn: Any) -> float:
     graph = fn.coverage()
     nodes = graph.nodes if graph is not None else []
@@ -168,15 +126,15 @@ def run_case(mode: str) -> dict[str, Any]:
     for n in names:
         before = disc_tf.compile_count()
         steps[n] = contender(n, weights, mode, hidden, heads)
-        firsts[n], outs[n] = first_pass(steps[n], batches)
+        firsts[n], outs[n] = harness.first_pass(steps[n], batches, np.asarray)
         compiles[n] = disc_tf.compile_count() - before
     worst = {n: max(float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3)))
                     for a, b in zip(outs[n], outs["tf"])) for n in names if n != "tf"}
     timed = batches[:: max(len(batches) // 5, 1)]
-    medians = steady(steps, timed, ARGS.rounds)
+    medians = harness.steady(steps, timed, ARGS.rounds, np.asarray)  # fetching waits
 
     def ratio(peer: str, who: str = "disc") -> float:
-        return statistics.median(p / d for p, d in zip(medians[peer], medians[who]))
+        return harness.median_ratio(medians, peer, who)
 
     xla = not ARGS.no_xla
     return {

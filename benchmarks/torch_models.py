@@ -1,7 +1,7 @@
 """Model benchmark (issue #4): DISC vs PyTorch eager vs torch.compile(dynamic=True) (Inductor)
 on a GPT-style transformer and a small CNN, inference and training, over streams of shapes.
 
-    bash ci/test.sh -e bench -- torch_models            # full run (tox env `bench`)
+    bash ci/test.sh -e bench-models                     # full run (tox env `bench-models`)
     python benchmarks/torch_models.py --quick --no-inductor
 
 Per (model, mode) every contender starts from the same weights and runs the whole stream
@@ -26,30 +26,24 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import model_harness as harness  # benchmarks/, the script's own directory
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small models, 6 shapes (smoke run)")
+    p = harness.parser(__doc__.split("\n\n")[0], "small models, 6 shapes (smoke run)")
     p.add_argument("--models", default="gpt,cnn", help="comma list of gpt, cnn")
-    p.add_argument("--modes", default="inference,training")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
-    p.add_argument("--threads", type=int, default=None, help="threads for every contender")
-    p.add_argument("--rounds", type=int, default=5, help="steady-state rounds per shape")
-    p.add_argument("--output", type=Path, default=None)
     return p.parse_args(argv)
 
 
 ARGS = parse_args()
-THREADS = ARGS.threads or min(os.cpu_count() or 1, 2 if os.environ.get("CI") else 64)
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+THREADS = harness.thread_count(ARGS)
 # no background pool of Inductor compile workers competing with the timed contenders
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
@@ -140,28 +134,6 @@ def contender(name: str, base: nn.Module, mode: str) -> tuple[nn.Module, Callabl
     return model, make_step(model, fn, mode)
 
 
-def first_pass(step: Callable, batches) -> tuple[float, list[float]]:
-    losses = []
-    start = time.perf_counter()
-    for x, y in batches:
-        losses.append(float(step(x, y)))
-    return time.perf_counter() - start, losses
-
-
-def steady(steps: dict[str, Callable], batches, rounds: int) -> dict[str, list[float]]:
-    """Median seconds per call, per shape, for every contender; interleaved rounds."""
-    names = list(steps)
-    per: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for i, (x, y) in enumerate(batches):
-            for n in order:
-                t0 = time.perf_counter()
-                steps[n](x, y)
-                per[n][i].append(time.perf_counter() - t0)
-    return {n: [statistics.median(s) for s in per[n]] for n in names}
-
-
 def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[str, Any]:
     import torch._dynamo
 
@@ -178,7 +150,7 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
         report.get_collector().clear()
         before_graphs, before_disc = dynamo_graphs(), disc_torch.compile_count()
         _, step = contender(n, base, mode)
-        firsts[n], losses[n] = first_pass(step, batches)
+        firsts[n], losses[n] = harness.first_pass(step, batches, float)
         compiles[n] = dynamo_graphs() - before_graphs
         if n == "disc":
             compiles["disc_kernels"] = disc_torch.compile_count() - before_disc
@@ -189,14 +161,15 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
     torch._dynamo.reset()
     backend._compilers.clear()
     _, warm_step = contender("disc", base, mode)
-    warm_first, _ = first_pass(warm_step, batches)
+    warm_first, _ = harness.first_pass(warm_step, batches, float)
 
     worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(losses["disc"], losses["eager"]))
     timed = batches[:: max(len(batches) // 5, 1)]
-    medians = steady({n: steps[n] for n in names}, timed, ARGS.rounds)
+    # torch returns finished tensors: nothing to wait for
+    medians = harness.steady({n: steps[n] for n in names}, timed, ARGS.rounds, lambda r: r)
 
     def ratio(peer: str) -> float:
-        return statistics.median(p / d for p, d in zip(medians[peer], medians["disc"]))
+        return harness.median_ratio(medians, peer, "disc")
 
     return {
         "model": model_name, "mode": mode, "shapes": shapes, "threads": THREADS,

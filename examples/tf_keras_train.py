@@ -20,9 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 
-def build_model(keras, vocab: int, d: int, heads: int, layers: int, classes: int, seed: int):
-    """Token + position embedding, pre-LN blocks (self-attention written with Dense layers
-    and matmuls, a GELU MLP), mean pooling and a linear classifier."""
+def pre_ln_block(keras, x, d: int, heads: int):
+    """x + self-attention(LN(x)), then + a GELU MLP of LN(.): self-attention written with
+    Dense layers and matmuls, the raw TF ops Keras layers emit (benchmarks/tf_models.py times
+    this block too)."""
     ops = keras.ops
 
     class Attention(keras.layers.Layer):
@@ -41,6 +42,16 @@ def build_model(keras, vocab: int, d: int, heads: int, layers: int, classes: int
             att = ops.reshape(ops.transpose(att, (0, 2, 1, 3)), (b, t, d))
             return self.out(att)
 
+    x = x + Attention()(keras.layers.LayerNormalization()(x))
+    h = keras.layers.Dense(4 * d, activation="gelu")(keras.layers.LayerNormalization()(x))
+    return x + keras.layers.Dense(d)(h)
+
+
+def build_model(keras, vocab: int, d: int, heads: int, layers: int, classes: int, seed: int):
+    """Token + position embedding, pre-LN blocks (see pre_ln_block), mean pooling and a
+    linear classifier."""
+    ops = keras.ops
+
     class Positions(keras.layers.Layer):
         def __init__(self, max_len: int, **kw):
             super().__init__(**kw)
@@ -53,9 +64,7 @@ def build_model(keras, vocab: int, d: int, heads: int, layers: int, classes: int
     inp = keras.Input((None,), dtype="int32")
     x = Positions(1024)(keras.layers.Embedding(vocab, d)(inp))
     for _ in range(layers):
-        x = x + Attention()(keras.layers.LayerNormalization()(x))
-        h = keras.layers.Dense(4 * d, activation="gelu")(keras.layers.LayerNormalization()(x))
-        x = x + keras.layers.Dense(d)(h)
+        x = pre_ln_block(keras, x, d, heads)
     x = keras.layers.GlobalAveragePooling1D()(keras.layers.LayerNormalization()(x))
     model = keras.Model(inp, keras.layers.Dense(classes)(x))
     # jit_compile=False: the baseline is TensorFlow's graph mode (the benchmark compares XLA)

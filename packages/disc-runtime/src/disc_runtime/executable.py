@@ -189,19 +189,6 @@ class Executable:
             else:
                 self.stats._count(seconds=time.perf_counter() - start)
                 return outputs
-        elif (self._engine_trusted and (hook is None or self._engine_takes_alloc)
-                and len(inputs) == len(self._signature.inputs)
-                and all(type(x) is np.ndarray for x in inputs)
-                and self._signature.validate_fast(inputs)):
-            start = time.perf_counter()
-            try:
-                outputs = (self._run_fn(list(inputs)) if hook is None
-                           else self._run_fn(list(inputs), allocate_output=hook))
-            except BaseException:
-                self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
-                raise
-            self.stats._count(seconds=time.perf_counter() - start)
-            return outputs
         try:
             arrays = self._prepare(inputs)
             bindings = self._signature.validate(arrays)

@@ -138,10 +138,6 @@ class Signature:
             return fast
         return _check(self.inputs, arrays, {}, role="input", error=InputError)
 
-    def validate_fast(self, arrays: Sequence[Any]) -> bool:
-        """True when ``arrays`` match the inputs (no error wording: see :meth:`validate`)."""
-        return _fast_check(self._plan(), arrays) is not None
-
     def _plan(self) -> tuple:
         """Per input: (dtype name, rank, static (axis, size) pairs, symbol (axis, name) pairs).
 

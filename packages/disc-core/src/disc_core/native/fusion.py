@@ -150,6 +150,15 @@ class Kernel:
     def rank(self) -> int:
         return len(self.space)
 
+    def copy(self) -> Kernel:
+        """The same kernel with its own containers, to grow without touching this one."""
+        return Kernel(id=self.id, kind=self.kind, space=self.space, ops=list(self.ops),
+                      maps=dict(self.maps), inputs=list(self.inputs),
+                      outputs=list(self.outputs), reads=dict(self.reads),
+                      maybe_broadcast=dict(self.maybe_broadcast),
+                      split_concat=self.split_concat,
+                      column_epilogue=list(self.column_epilogue))
+
     @property
     def speculative(self) -> bool:
         return bool(self.maybe_broadcast)
@@ -606,10 +615,7 @@ def _read_maps(k: Kernel) -> dict[int, DimMap]:
 def _with_epilogue(host: Kernel, col: Kernel) -> Kernel:
     """``host`` also computing ``col``'s column sums; values it writes are no longer read
     back by them (they come from the host's own loop)."""
-    k = Kernel(id=0, kind=host.kind, space=host.space, ops=list(host.ops),
-               maps=dict(host.maps), inputs=list(host.inputs), outputs=list(host.outputs),
-               reads=dict(host.reads), maybe_broadcast=dict(host.maybe_broadcast),
-               column_epilogue=list(host.column_epilogue))
+    k = host.copy()
     inside = {id(r) for op in host.ops for r in op.results}
     seen = {id(op) for op in k.ops}
     for op in col.ops:
@@ -718,10 +724,7 @@ def _absorb_consumer(prod: Step, cons: Kernel, p: int, sources: list[int], reach
             if prod.maps.get(id(v)) != t:
                 return None  # read at other points than the producer computes it
             del reads[(oid, i)]
-    k = Kernel(id=0, kind=prod.kind, space=prod.space, ops=list(prod.ops),
-               maps=dict(prod.maps), inputs=list(prod.inputs), outputs=list(prod.outputs),
-               reads=dict(prod.reads), maybe_broadcast=dict(prod.maybe_broadcast),
-               column_epilogue=list(prod.column_epilogue))
+    k = prod.copy()
     seen = {id(op) for op in k.ops}
     k.ops += [op for op in cons.ops if id(op) not in seen]
     k.ops = _topo(k.ops)
