@@ -5,6 +5,7 @@ thread-count setter that the engine passes."""
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import subprocess
 import sys
 
@@ -51,3 +52,78 @@ def test_no_blas_library_gives_zeros(tmp_path) -> None:
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["(0,", "0,", "0)", "0"]
+
+
+def _openblas_path() -> str:
+    import glob
+    import os
+
+    import numpy as np
+
+    paths = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
+                                   "libscipy_openblas64_*.so"))
+    assert paths, "numpy wheels ship an ILP64 OpenBLAS"
+    return paths[0]
+
+
+def _fortran_sgemm(address: int):
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    fp = ctypes.POINTER(ctypes.c_float)
+    return ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, i64p, i64p, i64p, fp, fp,
+                            i64p, fp, i64p, fp, fp, i64p)(address)
+
+
+def test_the_gemm_found_is_the_fortran_ilp64_interface() -> None:
+    """Modules call ``sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)``
+    with every argument by pointer and 64-bit integers (column-major)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 5), dtype=np.float32)  # row-major A[3,5], B[5,4]
+    b = rng.standard_normal((5, 4), dtype=np.float32)
+    c = np.full((3, 4), np.nan, np.float32)  # beta = 0 must not read C
+    sgemm = _fortran_sgemm(native.blas_functions().sgemm)
+    i64 = ctypes.c_int64
+
+    def ptr(x):
+        return x.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+    # column-major C' (4x3) = B' (4x5) A' (5x3)
+    sgemm(b"N", b"N", i64(4), i64(3), i64(5), ctypes.c_float(1), ptr(b), i64(4), ptr(a),
+          i64(5), ctypes.c_float(0), ptr(c), i64(4))
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_use_blas_library_is_preferred_until_the_environment_overrides_it(tmp_path) -> None:
+    path = _openblas_path()
+    code = ("import sys\n"
+            "from disc_runtime import native\n"
+            "from disc_runtime.errors import EngineError\n"
+            "before = native.blas_functions()\n"
+            "try:\n"
+            "    native.use_blas_library(sys.argv[1])\n"
+            "except EngineError as exc:\n"
+            "    print('refused', 'no ILP64 Fortran-interface sgemm' in str(exc))\n"
+            "found = native.use_blas_library(sys.argv[2])\n"
+            "print(found == native.blas_functions(), found.sgemm != 0)\n")
+    libc = ctypes.util.find_library("c")
+    env = subprocess_env()
+    r = subprocess.run([sys.executable, "-c", code, libc, path], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["refused", "True", "True", "True"]
+    # DISC_BLAS_LIB wins over a bridge's preference: a second copy of the library (loaded
+    # at other addresses) named by the environment is the one used
+    copy = tmp_path / "libcopy_openblas64.so"
+    copy.write_bytes(open(path, "rb").read())
+    env["DISC_BLAS_LIB"] = str(copy)
+    code2 = ("import ctypes, sys\n"
+             "from disc_runtime import native\n"
+             "native.use_blas_library(sys.argv[1])\n"
+             "chosen = native.blas_functions().sgemm\n"
+             "addr = lambda p: ctypes.cast(ctypes.CDLL(p).scipy_sgemm_64_, ctypes.c_void_p).value\n"
+             "print(chosen == addr(sys.argv[2]), chosen == addr(sys.argv[1]))\n")
+    r = subprocess.run([sys.executable, "-c", code2, path, str(copy)], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False"]

@@ -305,3 +305,36 @@ def test_backward_builds_in_the_background_and_the_report_waits_for_it():
     F.gelu(lin(twin)).sum(-1).tanh().sum().backward()
     assert_same(x.grad, twin.grad)
     assert not fallbacks()
+
+
+def test_clusters_call_the_blas_eager_torch_calls():
+    """With MKL in torch (x86-64 wheels), compiled GEMMs run torch's own MKL, found in
+    libtorch_cpu; the numbers match eager for every transpose layout of a linear layer's
+    forward and backward."""
+    import ctypes
+
+    from disc_runtime import native
+    from disc_torch.blas import torch_blas_library, use_torch_blas
+
+    lib = torch_blas_library()
+    assert (lib is not None) == torch.backends.mkl.is_available()
+    if lib is not None:
+        assert use_torch_blas() == str(lib)
+        mkl_sgemm = ctypes.cast(ctypes.CDLL(str(lib)).sgemm_64_, ctypes.c_void_p).value
+        assert native.blas_functions().sgemm == mkl_sgemm
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(24, 40, dtype=torch.float64)
+    ref = torch.nn.Linear(24, 40, dtype=torch.float64)
+    ref.load_state_dict(lin.state_dict())
+    fn = torch.compile(lambda m, x: torch.tanh(m(x)).sum(), backend="disc", dynamic=True)
+    seen = len(disc_torch.report().graphs)
+    for rows in (3, 17, 64):
+        x = torch.randn(2, rows, 24, dtype=torch.float64, requires_grad=True)
+        xr = x.detach().clone().requires_grad_(True)
+        fn(lin, x).backward()
+        torch.tanh(ref(xr)).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+        torch.testing.assert_close(lin.weight.grad, ref.weight.grad)
+        lin.zero_grad(), ref.zero_grad()
+    gemms = [n for g in disc_torch.report().graphs[seen:] for n in g.nodes if "mm" in n.op]
+    assert len(gemms) >= 3 and all(n.status.value == "compiled" for n in gemms), gemms

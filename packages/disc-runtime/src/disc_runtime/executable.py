@@ -29,6 +29,7 @@ import numpy as np
 
 from .arrays import as_numpy
 from .artifact import Artifact
+from .dtypes import numpy_dtype
 from .engines import RunFn, get_engine
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 from .signature import Signature
@@ -265,7 +266,7 @@ class Executable:
         def allocate(index: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
             shape = tuple(int(d) for d in shape)
             buf = as_numpy(hook(index, shape, dtype), what=f"allocate_output for output #{index}")
-            if buf.shape != shape or buf.dtype.name != dtype:
+            if buf.shape != shape or buf.dtype != numpy_dtype(dtype):
                 raise DiscRuntimeError(
                     f"allocate_output for output #{index} returned {buf.dtype.name} "
                     f"{buf.shape}, expected {dtype} {shape}"

@@ -3,9 +3,10 @@
 The module's host function does the whole call natively (symbol binding, buffer
 allocation, every kernel and BLAS call); Python only passes pointers in and allocates the
 outputs when the module asks, through a callback, so a bridge can hand in its own
-framework-allocated buffers (``allocate_output``). GEMM comes from the ILP64 OpenBLAS that
-numpy wheels ship (``numpy.libs/libscipy_openblas64_*.so``), found once at load time and
-passed to every call: the module itself keeps no global mutable state.
+framework-allocated buffers (``allocate_output``). GEMM comes from an ILP64 BLAS found once
+at load time and passed to every call (the module itself keeps no global mutable state):
+the one a bridge prefers (its framework's, see :func:`use_blas_library`) or the OpenBLAS
+that numpy wheels ship.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MODULE_FILE = "native/module.so"
 
 #: The C contract between a compiled module and this engine, in one place: disc-core's
@@ -35,12 +36,14 @@ typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int
 typedef struct {
   disc_alloc_fn alloc;
   void *alloc_ctx;
-  void *sgemm;  /* ILP64 cblas_sgemm / cblas_dgemm, or NULL */
+  /* ILP64 Fortran-interface sgemm_ / dgemm_ (arguments by pointer, column-major), or NULL */
+  void *sgemm;
   void *dgemm;
   int64_t *counters;  /* optional: one slot per kernel version, see the artifact metadata */
   /* optional: the BLAS's per-thread thread count (OpenBLAS openblas_set_num_threads_local,
-     returns the previous count). Modules run GEMMs on their own OpenMP team with one BLAS
-     thread each: a second thread pool spinning next to OpenMP's halves throughput. */
+     MKL mkl_set_num_threads_local; returns the previous count). Modules run GEMMs on
+     their own OpenMP team with one BLAS thread each: a second thread pool spinning next
+     to OpenMP's halves throughput. */
   int (*blas_threads_local)(int);
 } disc_env;
 """
@@ -60,12 +63,14 @@ _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 class _CallState:
     """Per-call output bookkeeping (one per call: calls may run concurrently)."""
 
-    __slots__ = ("outputs", "allocate", "dtypes", "error")
+    __slots__ = ("outputs", "allocate", "dtypes", "dtype_names", "error")
 
     def __init__(self, dtypes: Sequence[np.dtype], allocate: Callable[..., Any] | None):
         self.outputs: list[np.ndarray | None] = [None] * len(dtypes)
         self.allocate = allocate
         self.dtypes = dtypes
+        # numpy computes ``dtype.name`` in Python (about 4 us): once here, not per call
+        self.dtype_names = [d.name for d in dtypes]
         self.error: BaseException | None = None
 
 
@@ -76,7 +81,7 @@ def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
         shape = tuple(_ffi.unpack(shape_ptr, rank)) if rank else ()
         dtype = state.dtypes[index]
         if state.allocate is not None:
-            arr = state.allocate(index, shape, dtype.name)
+            arr = state.allocate(index, shape, state.dtype_names[index])
             if type(arr) is not np.ndarray:
                 arr = as_numpy(arr, what=f"allocate_output for output #{index}")
             if arr.shape != shape or arr.dtype != dtype or not arr.flags.c_contiguous:
@@ -98,46 +103,94 @@ class BlasFunctions(NamedTuple):
     calls BLAS itself: the native engine passes them to every module call, and a bridge's
     own C op (disc-tf's launch kernel) hands them to the modules it runs."""
 
-    #: ILP64 ``cblas_sgemm``
+    #: Fortran-interface ILP64 ``sgemm`` (every argument by pointer, 64-bit integers,
+    #: column-major): the one GEMM entry point that OpenBLAS, MKL and BLIS all export
     sgemm: int
-    #: ILP64 ``cblas_dgemm``
+    #: Fortran-interface ILP64 ``dgemm``
     dgemm: int
-    #: OpenBLAS ``openblas_set_num_threads_local(int) -> int`` (sets the calling thread's
-    #: BLAS thread count, returns the previous one): modules run GEMMs on their own OpenMP
-    #: team with one BLAS thread each, because a second thread pool spinning next to
-    #: OpenMP's halves throughput. 0 with OpenBLAS < 0.3.27, which lacks it.
+    #: the BLAS's ``int f(int)`` that sets the calling thread's BLAS thread count and
+    #: returns the previous one (OpenBLAS ``openblas_set_num_threads_local``, MKL
+    #: ``mkl_set_num_threads_local``): modules run GEMMs on their own OpenMP team with one
+    #: BLAS thread each, because a second thread pool spinning next to OpenMP's halves
+    #: throughput. 0 when the library lacks it (OpenBLAS < 0.3.27).
     set_num_threads_local: int
+
+
+#: (sgemm, dgemm) export names tried in every candidate library, in order: the ILP64
+#: OpenBLAS numpy and scipy wheels ship (scipy-openblas64), then MKL's ILP64 Fortran
+#: interface (which PyTorch's libtorch_cpu also exports on x86-64) or an OpenBLAS built with
+#: INTERFACE64=1 SYMBOLSUFFIX=64_.
+GEMM_SYMBOLS: tuple[tuple[str, str], ...] = (
+    ("scipy_sgemm_64_", "scipy_dgemm_64_"),
+    ("sgemm_64_", "dgemm_64_"),
+)
+#: export names of the per-thread thread-count setter (``int f(int)``), tried in order
+THREADS_LOCAL_SYMBOLS: tuple[str, ...] = (
+    "openblas_set_num_threads_local", "MKL_Set_Num_Threads_Local",
+    "openblas_set_num_threads_local64_",
+)
+
+_preferred: list[str] = []
+
+
+def use_blas_library(path: str | os.PathLike[str]) -> BlasFunctions:
+    """Prefer the ILP64 BLAS in the shared library ``path`` for modules loaded from now on
+    (``DISC_BLAS_LIB`` still overrides it). A bridge calls this with the BLAS its framework
+    already uses, so that DISC's GEMMs run the same code as eager mode's. Returns what
+    was found there; raises :class:`EngineError` when ``path`` has no ILP64 GEMM."""
+    found = _load_blas(str(path))
+    if found is None:
+        raise EngineError(f"{path} exports no ILP64 Fortran-interface sgemm/dgemm "
+                          f"(looked for {', '.join(s for s, _ in GEMM_SYMBOLS)})")
+    _preferred[:] = [str(path)]
+    blas_functions.cache_clear()
+    return found
+
+
+def _load_blas(path: str) -> BlasFunctions | None:
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+
+    def address(name: str) -> int:
+        try:
+            return int(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0)
+        except AttributeError:
+            return 0
+
+    for sname, dname in GEMM_SYMBOLS:
+        s, d = address(sname), address(dname)
+        if s and d:
+            local = next((a for a in map(address, THREADS_LOCAL_SYMBOLS) if a), 0)
+            return BlasFunctions(s, d, local)
+    return None
 
 
 @functools.lru_cache(maxsize=1)
 def blas_functions() -> BlasFunctions:
-    """The BLAS functions native modules call, looked up once per process.
+    """The BLAS functions native modules call, looked up once per process (and again after
+    :func:`use_blas_library`).
 
-    Searched in ``DISC_BLAS_LIB`` (a shared library path) first, then the ILP64 OpenBLAS
-    that numpy wheels ship (``numpy.libs/libscipy_openblas64_*.so``). All zeros when none
-    is found; then only graphs without ``dot_general`` run natively.
+    Searched in ``DISC_BLAS_LIB`` (a shared library path) first, then the library a bridge
+    preferred, then the ILP64 OpenBLAS that numpy wheels ship
+    (``numpy.libs/libscipy_openblas64_*.so``). All zeros when none is found; then only
+    graphs without ``dot_general`` run natively.
     """
-    import ctypes
-
     candidates = []
     override = os.environ.get("DISC_BLAS_LIB")
     if override:
         candidates.append(override)
+    candidates += _preferred
     np_dir = os.path.dirname(np.__file__)
     candidates += sorted(glob.glob(os.path.join(np_dir, os.pardir, "numpy.libs",
                                                 "libscipy_openblas64_*.so")))
     for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-            s = ctypes.cast(lib.scipy_cblas_sgemm64_, ctypes.c_void_p).value
-            d = ctypes.cast(lib.scipy_cblas_dgemm64_, ctypes.c_void_p).value
-            try:
-                local = ctypes.cast(lib.openblas_set_num_threads_local, ctypes.c_void_p).value
-            except AttributeError:  # OpenBLAS < 0.3.27: BLAS calls from threads serialize
-                local = 0
-            return BlasFunctions(int(s or 0), int(d or 0), int(local or 0))
-        except (OSError, AttributeError):
-            continue
+        found = _load_blas(path)
+        if found is not None:
+            return found
     return BlasFunctions(0, 0, 0)
 
 
@@ -151,9 +204,8 @@ def blas_thread_setter() -> int:
 
 
 def find_blas() -> tuple[int, int]:
-    """(sgemm, dgemm) addresses of an ILP64 CBLAS, or (0, 0) when none is found."""
+    """(sgemm, dgemm) addresses of an ILP64 Fortran-interface BLAS, or (0, 0)."""
     return blas_functions()[:2]
-
 
 
 class NativeModule:

@@ -21,6 +21,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from disc_core.compiler import Compiler
 from disc_core.report import configure as configure_report
 
+from .blas import use_torch_blas
 from .cluster import warn_once
 from .config import DiscConfig
 from .decompositions import decomposition_table
@@ -34,6 +35,7 @@ _lock = threading.Lock()
 
 def get_compiler(target: str = "auto") -> Compiler:
     """The process-wide DISC compiler of a target (its stats count compilations)."""
+    use_torch_blas()  # before any module loads: clusters' GEMMs run torch's own BLAS
     with _lock:
         if target not in _compilers:
             _compilers[target] = Compiler(target=target)

@@ -93,12 +93,17 @@ static inline float disc_expf(float x) {
   return x != x ? x : res;
 }
 
-typedef void (*disc_sgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                              const float *, int64_t, const float *, int64_t, float, float *,
-                              int64_t);
-typedef void (*disc_dgemm_fn)(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double,
-                              const double *, int64_t, const double *, int64_t, double,
-                              double *, int64_t);
+/* ILP64 Fortran-interface GEMM (disc_env.sgemm / dgemm): every argument by pointer,
+   column-major; the two trailing lengths are the hidden Fortran string lengths of the
+   transpose flags (C implementations ignore them). */
+typedef void (*disc_sgemm_fn)(const char *, const char *, const int64_t *, const int64_t *,
+                              const int64_t *, const float *, const float *, const int64_t *,
+                              const float *, const int64_t *, const float *, float *,
+                              const int64_t *, size_t, size_t);
+typedef void (*disc_dgemm_fn)(const char *, const char *, const int64_t *, const int64_t *,
+                              const int64_t *, const double *, const double *,
+                              const int64_t *, const double *, const int64_t *,
+                              const double *, double *, const int64_t *, size_t, size_t);
 
 #ifdef DISC_LIBMVEC
 /* glibc's vector math library: lets loops calling these vectorize (declared simd only
@@ -1127,11 +1132,14 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
         "        const int64_t m1 = by_rows ? M * (tid + 1) / T : M;",
         "        const int64_t n0 = (!by_batch && !by_rows) ? N * tid / T : 0;",
         "        const int64_t n1 = (!by_batch && !by_rows) ? N * (tid + 1) / T : N;",
-        "        if (m1 > m0 && n1 > n0)",
+        "        /* row-major C = op(A) op(B) is column-major C' = op(B)' op(A)' */",
+        f"        const int64_t mb = m1 - m0, nb = n1 - n0, lda = {lda}, ldb = {ldb};",
+        f"        const {t} one = 1, zero = 0;",
+        "        if (mb > 0 && nb > 0)",
         "          for (int64_t b = b0; b < b1; ++b)",
-        f"            ((disc_{fn}_fn)env->{fn})(101, {ta}, {tb}, m1 - m0, n1 - n0, K, 1, "
-        f"A + b*M*K + {a_row}, {lda}, Bm + b*K*N + {b_col}, {ldb}, 0, Cm + b*M*N + m0*N + n0, "
-        "N);",
+        f"            ((disc_{fn}_fn)env->{fn})(\"{'N' if tb == 111 else 'T'}\", "
+        f"\"{'N' if ta == 111 else 'T'}\", &nb, &mb, &K, &one, Bm + b*K*N + {b_col}, &ldb, "
+        f"A + b*M*K + {a_row}, &lda, &zero, Cm + b*M*N + m0*N + n0, &N, 1, 1);",
         "      }",
         "      if (env->blas_threads_local) env->blas_threads_local(prev);",
         "    }",

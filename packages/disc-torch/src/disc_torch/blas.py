@@ -1,0 +1,41 @@
+"""Compiled clusters call the BLAS that eager PyTorch calls.
+
+PyTorch's x86-64 wheels link MKL into ``libtorch_cpu`` and export its ILP64 Fortran GEMMs
+(``sgemm_64_``) and ``mkl_set_num_threads_local``. Handing those to disc-runtime makes a
+cluster's GEMMs run the same kernels as ``torch.mm`` (MKL skips the zero fill of C that
+OpenBLAS does for ``beta = 0`` and has copy-free kernels for small matrices) and keeps a
+single BLAS and OpenMP runtime in the process. Without MKL (other platforms, source builds)
+the runtime keeps numpy's OpenBLAS; ``DISC_BLAS_LIB`` overrides both.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from disc_runtime import native
+from disc_runtime.errors import EngineError
+
+
+def torch_blas_library() -> Path | None:
+    """The shared library holding torch's MKL GEMMs, or None when this torch has none."""
+    if not torch.backends.mkl.is_available():
+        return None
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    return lib if lib.exists() else None
+
+
+@functools.lru_cache(maxsize=1)
+def use_torch_blas() -> str | None:
+    """Prefer torch's BLAS for native modules loaded from now on; returns its path, or None
+    (numpy's OpenBLAS stays) when torch exports no ILP64 GEMM."""
+    lib = torch_blas_library()
+    if lib is None:
+        return None
+    try:
+        native.use_blas_library(lib)
+    except EngineError:
+        return None
+    return str(lib)
