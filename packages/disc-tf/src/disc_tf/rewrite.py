@@ -19,6 +19,7 @@ from tensorflow.python.eager import wrap_function
 
 from disc_runtime.native import ABI_VERSION, MODULE_FILE
 
+from .gradients import mark_differentiable
 from .partition import LoweredCluster
 
 __all__ = ["Launch", "rebuild_function"]
@@ -150,8 +151,8 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
                 if inp.startswith("^") and inp[1:] not in members and inp[1:] not in control:
                     control.append(inp[1:])
         device = launch.lowered.members[0].device
+        sub, feeds, outs = _fallback_graph_def(graph_def, launch)
         if mode == "custom_op":
-            sub, feeds, outs = _fallback_graph_def(graph_def, launch)
             fallback = wrap_function.function_from_graph_def(sub, feeds, outs)
             fdef = fallback.function_def
             graph_def.library.function.add().CopyFrom(fdef)
@@ -164,6 +165,7 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
             assert numpy_runner is not None and keepalive is not None
             node = _numpy_launch_node(launch, name, numpy_runner(launch), keepalive, control,
                                       device)
+        mark_differentiable(node, sub, feeds, outs)
         new_nodes.append(node)
         for i, (t, j) in enumerate(zip(launch.lowered.outputs, launch.lowered.output_index)):
             if j is None:
@@ -223,6 +225,9 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
                                                 captures)
     new._function_type = cf.function_type  # noqa: SLF001  (as TF-TRT's converter does)
     new.graph.structured_input_signature = cf.structured_input_signature
+    # a call marks these variables as read, so a GradientTape around it watches them
+    # (trainable variables are watched automatically; without this their gradients are None)
+    new.graph.variables = cf.graph.variables
     return new
 
 
