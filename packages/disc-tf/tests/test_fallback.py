@@ -98,14 +98,17 @@ def test_runtime_failure_runs_the_original_subgraph():
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.int32])
 def test_numpy_function_path(dtype):
-    def fn(x):
-        return tf.maximum(x * 2, x - 1) + tf.reduce_sum(x, axis=0)
+    def fn(x, s):  # s: a rank-0 input, which numpy_function hands over as a 0-d array
+        return tf.maximum(x * 2, x - s) + tf.reduce_sum(x, axis=0) * s
 
     f = disc_tf.function(fn, execution="numpy_function")
     for n in (3, 1, 0, 6):
-        x = rand([n, 4], dtype)
-        assert_same(f(x), fn(x))
+        x, s = rand([n, 4], dtype), tf.constant(3, dtype)
+        assert_same(f(x, s), fn(x, s))
     assert f.uses_disc()
+    graph = f.coverage()
+    assert graph.clusters and all(c.calls == 4 for c in graph.clusters)
+    assert all(n.status.value == "compiled" for n in graph.nodes if n.name != "Identity")
 
 
 def test_launch_checks_input_ranks_before_running_the_module(monkeypatch):
