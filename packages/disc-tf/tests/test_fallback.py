@@ -138,3 +138,41 @@ def test_launch_checks_input_ranks_before_running_the_module(monkeypatch):
     msgs = [str(w.message) for w in caught if issubclass(w.category, disc_tf.DiscFallbackWarning)]
     assert len(msgs) == 1 and "expected rank 3" in msgs[0], msgs
     assert {v for v in _status(f).values()} == {("fallback", "runtime_error")}
+
+
+def test_clusters_compile_side_by_side_and_a_refused_one_is_halved(monkeypatch):
+    """Clusters compile concurrently; one the native engine refuses is split in two along
+    its topological order and each half retried, so only what cannot compile stays in TF."""
+    import threading
+
+    from disc_tf import api
+
+    original = api.compile_cluster
+    threads, sizes = [], []
+
+    def picky(compiler, low, native):
+        threads.append(threading.current_thread().name)
+        sizes.append(len(low.members))
+        if len(low.members) > 4:
+            raise RuntimeError("refused: too many ops")
+        return original(compiler, low, native)
+
+    monkeypatch.setattr(api, "compile_cluster", picky)
+
+    def fn(x):
+        a = tf.nn.relu(x) * 2.0 + 1.0 - x * 0.5
+        a = tf.exp(-a) * 3.0
+        b = tf.math.cumsum(a, axis=1)  # no converter: two clusters around it
+        return tf.tanh(b) - b * 0.5 + tf.sigmoid(b) * 2.0
+
+    f = disc_tf.function(fn)
+    for n in (4, 1, 0, 9):
+        assert_same(f(rand([n, 5])), fn(rand([n, 5])))
+    assert sizes[0] > 4 and sizes[1] > 4  # both clusters were refused whole, compiled
+    assert all(t.startswith("disc-tf-build") for t in threads[:2])  # by the build pool
+    graph = f.coverage()
+    status = _status(f)
+    assert status["Cumsum"] == ("fallback", "no_converter")
+    compiled = [c for c in graph.clusters if c.calls]
+    assert len(compiled) >= 4 and all(c.calls == 4 for c in compiled)
+    assert all(len(c.nodes) <= 4 for c in compiled)

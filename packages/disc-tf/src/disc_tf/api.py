@@ -12,6 +12,7 @@ warning and a report entry; failures while running are handled by the launch op 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -328,7 +329,8 @@ class DiscFunction:
         compiler = get_compiler(self._config.target)
         attempts: list[_Attempt] = []
 
-        def attempt(members: list[tf.Operation], depth: int) -> None:
+        def lowered(members: list[tf.Operation]) -> _Attempt:
+            """The attempt with its lowered cluster, or with the reason it has none."""
             member_set = set(members)
             outside = {t.name: t.name in outputs or any(r not in member_set
                                                         for r in readers.get(t.name, ()))
@@ -338,26 +340,48 @@ class DiscFunction:
                 a.lowered = lower_cluster(analysis, members, outside, "disc_cluster")
             except Exception as exc:
                 a.error = f"lowering failed: {type(exc).__name__}: {exc}"
-                attempts.append(a)
-                return
+                return a
             if not a.lowered.graph.outputs:  # it only forwards its inputs: nothing to run
                 a.error, a.quiet = ("nothing to compute (the cluster only forwards its "
                                     "inputs)"), True
-                attempts.append(a)
-                return
+            return a
+
+        def compiled(a: _Attempt) -> BaseException | None:
             try:
                 a.exe, a.source, a.seconds = compile_cluster(compiler, a.lowered, native)
             except Exception as exc:
-                half = len(members) // 2
-                if depth < _MAX_SPLITS and half >= max(self._config.min_cluster_size, 2):
-                    attempt(members[:half], depth + 1)
-                    attempt(members[half:], depth + 1)
-                    return
-                a.error = f"{type(exc).__name__}: {exc}"
+                return exc
+            return None
+
+        def settle(a: _Attempt, failure: BaseException | None, depth: int) -> None:
+            """Keep a compiled attempt; split a failed one in two and retry the halves."""
+            if failure is None:
+                attempts.append(a)
+                return
+            half = len(a.members) // 2
+            if depth < _MAX_SPLITS and half >= max(self._config.min_cluster_size, 2):
+                for part in (a.members[:half], a.members[half:]):
+                    b = lowered(part)
+                    settle(b, compiled(b) if b.error is None else None, depth + 1)
+                return
+            a.error = f"{type(failure).__name__}: {failure}"
             attempts.append(a)
 
-        for cluster in analysis.clustering.clusters:
-            attempt(list(cluster.nodes), 0)
+        # lowering reads the TF graph (one thread); the clusters' C compilers then run
+        # side by side, which is most of a first call's time
+        first = [lowered(list(c.nodes)) for c in analysis.clustering.clusters]
+        todo = [a for a in first if a.error is None]
+        failures: dict[int, BaseException | None] = {}
+        if len(todo) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            workers = min(len(todo), max(2, os.cpu_count() or 1))
+            with ThreadPoolExecutor(workers, thread_name_prefix="disc-tf-build") as pool:
+                failures = dict(zip(map(id, todo), pool.map(compiled, todo)))
+        else:
+            failures = {id(a): compiled(a) for a in todo}
+        for a in first:
+            settle(a, failures.get(id(a)), 0)
         return attempts
 
     def _record(self, cf: Any, attempts: list[_Attempt], recorder: Any) -> list[Launch]:
