@@ -266,8 +266,93 @@ def test_implicit_broadcast_speculation_takes_both_versions(compiler) -> None:
 
 def test_small_and_large_work_choose_serial_and_parallel(compiler) -> None:
     exe = check(compiler, softmax(), [randn(3, 4)])
-    assert _counters(exe, [randn(3, 4)]) == {"kernel0.serial": 1}
-    assert _counters(exe, [randn(256, 512)]) == {"kernel0.parallel": 1}
+    assert _counters(exe, [randn(3, 4)]) == {"kernel0.serial": 1,
+                                             "kernel0.vector_remainder": 1}
+    assert _counters(exe, [randn(256, 512)]) == {"kernel0.parallel": 1,
+                                                 "kernel0.vector_multiple": 1}
+
+
+def _symbolic_hidden_case(name: str, rows: int, cols: int):
+    """(graph, inputs) of a catalog case whose innermost (hidden) dim is symbolic."""
+    if name == "softmax":
+        return softmax(), [randn(rows, cols)]
+    if name == "layernorm":
+        return catalog.layernorm(), [randn(2, rows, cols), randn(cols), randn(cols)]
+    if name == "rmsnorm":
+        return catalog.rmsnorm(), [randn(rows, cols), randn(cols)]
+    if name == "gelu":
+        return catalog.gelu_bias_residual(), [randn(1, rows, cols), randn(1, rows, cols),
+                                              randn(cols)]
+    b = GraphBuilder("implicit")  # an add whose second operand may broadcast its rows
+    R, C = b.symbol("R"), b.symbol("C")
+    x, y = b.input("x", "f32", [R, C]), b.input("y", "f32", [b.symbol("M"), C])
+    g = b.build(b.add(x, b.broadcast_in_dim(y, shape=[R, C], broadcast_dimensions=[0, 1])))
+    return g, [randn(rows, cols), randn(rows, cols)]
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "gelu", "implicit"])
+def test_vector_multiple_extents_take_the_remainder_free_version(compiler, name) -> None:
+    """Row and loop kernels over a symbolic innermost extent have a version without
+    remainder iterations, taken when the extent is a multiple of the vector width; both
+    versions agree with the interpreter on edge and odd sizes, serial and parallel, and
+    the speculation composes with the implicit-broadcast one (the vector version is a
+    variant of the contiguous one)."""
+    flags = Path("/proc/cpuinfo").read_text()
+    lanes = 16 if " avx512f" in flags else 8 if " avx " in flags else 4
+    seen = set()
+    for rows, cols in [(3, 16), (5, 17), (2, 64), (7, 1), (4, 0), (300, 160), (129, 250),
+                       (1, 4 * lanes + 1)]:
+        g, inputs = _symbolic_hidden_case(name, rows, cols)
+        exe = check(compiler, g, inputs)
+        counts = _counters(exe, inputs)
+        key = "vector_multiple" if cols % lanes == 0 else "vector_remainder"
+        assert any(n.endswith(key) for n in counts), (rows, cols, counts)
+        seen |= {n.rsplit(".", 1)[1] for n in counts}
+        if name == "implicit" and rows > 1:  # a broadcast row: strided, never the vec one
+            bcst = [inputs[0], randn(1, cols)]
+            check(compiler, g, bcst)
+            counts = _counters(exe, bcst)
+            assert "kernel0.strided" in counts and not any("vector" in n for n in counts)
+    assert {"vector_multiple", "vector_remainder", "serial", "parallel"} <= seen
+    kinds = exe.artifact.metadata["native"]["kernels"]
+    assert all("fast_vec" in k["variants"] for k in kinds if k["kind"] in ("row", "loop"))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32"])
+def test_column_reductions_choose_column_parallel_or_row_split(compiler, dtype) -> None:
+    """A column reduction with fewer column chunks than threads splits its rows across the
+    threads (partial rows combined in block order); with many columns it runs its chunks in
+    parallel; small work runs serially. Every kind, against the interpreter, with a NaN
+    among the rows of the float cases (max/min propagate it from any block)."""
+    b = GraphBuilder("colred")
+    R, C = b.symbol("R"), b.symbol("C")
+    x = b.input("x", dtype, [R, C])
+    y = x if dtype == "i32" else b.exp(b.mul(x, b.full(0.01, dtype, [R, C])))
+    g = b.build(b.reduce(y, kind="sum", axes=[0]), b.reduce(x, kind="max", axes=[0]),
+                b.reduce(x, kind="min", axes=[0]))
+    npdt = {"f32": np.float32, "f64": np.float64, "i32": np.int32}[dtype]
+    threads = os.cpu_count() or 1
+    seen = set()
+    for rows, cols in [(0, 3), (1, 1), (9, 5), (70000, 1), (50001, 17), (4097, 300),
+                       (20000, 256 * threads + 1), (3, 0)]:
+        data = (RNG.integers(-50, 50, (rows, cols)) if dtype == "i32"
+                else RNG.standard_normal((rows, cols)) * 10).astype(npdt)
+        if dtype != "i32" and rows > 40000 and cols > 1:
+            data[rows - 3, 1] = np.nan  # in the last block
+        exe = check(compiler, g, [data], rtol=1e-4, atol=1e-3)
+        counts = _counters(exe, [data])
+        seen |= {n.rsplit(".", 1)[1] for n in counts}
+        chunks = (cols + 255) // 256
+        if "kernel0.parallel" in counts:
+            want = "row_split" if chunks < threads else "column_parallel"
+            assert f"kernel0.{want}" in counts, (rows, cols, counts)
+    if threads > 1:
+        assert {"row_split", "column_parallel", "serial", "parallel"} <= seen, seen
+
+
+def test_static_innermost_extents_get_no_vector_version(compiler) -> None:
+    exe = compiler.compile(layernorm(hidden=768))
+    assert all("fast_vec" not in k["variants"] for k in exe.artifact.metadata["native"]["kernels"])
 
 
 def test_inner_loops_vectorize() -> None:
@@ -574,7 +659,8 @@ def test_column_reduction_of_a_possible_implicit_broadcast(compiler) -> None:
     check(compiler, graph, bcst)
     check(compiler, graph, [randn(1, 0), randn(3, 0)])
     check(compiler, graph, [randn(0, 4), randn(0, 4)])
-    assert _counters(exe, same) == {"kernel0.serial": 1, "kernel0.contiguous": 1}
+    assert _counters(exe, same) == {"kernel0.serial": 1, "kernel0.contiguous": 1,
+                                    "kernel0.column_parallel": 1}
     assert _counters(exe, bcst) == {"kernel0.serial": 1, "kernel0.strided": 1}
     assert kernels(exe) == {"column": 1}
 
@@ -630,7 +716,12 @@ def test_column_sums_ride_on_the_kernel_that_computes_them(compiler, dtype) -> N
     assert kernels(exe) == {"loop": 1}
     (k,) = exe.artifact.metadata["native"]["kernels"]
     assert k["column_epilogue"] == 1
-    assert _counters(exe, make(3, 700, 33)) == {"kernel0.parallel": 1}
+    assert _counters(exe, make(3, 700, 33)) == {"kernel0.parallel": 1,
+                                                "kernel0.vector_remainder": 1}
+    # the remainder-free version accumulates its column sums too
+    inputs = make(3, 700, 64)
+    check(compiler, graph, inputs, rtol=1e-4, atol=1e-3)
+    assert _counters(exe, inputs) == {"kernel0.parallel": 1, "kernel0.vector_multiple": 1}
 
 
 def test_column_reductions_other_than_sums_keep_their_own_kernel(compiler) -> None:
@@ -654,7 +745,8 @@ def test_column_epilogue_in_a_speculative_kernel(compiler) -> None:
     check(compiler, graph, bcst, rtol=1e-4, atol=1e-4)
     check(compiler, graph, [randn(0, 3), randn(1, 3)])
     assert kernels(exe) == {"loop": 1}
-    assert _counters(exe, same) == {"kernel0.parallel": 1, "kernel0.contiguous": 1}
+    assert _counters(exe, same) == {"kernel0.parallel": 1, "kernel0.contiguous": 1,
+                                    "kernel0.vector_remainder": 1}
     assert _counters(exe, bcst) == {"kernel0.parallel": 1, "kernel0.strided": 1}
 
 

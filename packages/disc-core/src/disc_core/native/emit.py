@@ -10,7 +10,13 @@ counter array):
 
 * every kernel runs single-threaded below ``DISC_PAR_MIN`` elements, parallel above;
 * a kernel that reads a symbolic dim which may be an implicit broadcast has a contiguous
-  version (taken when the dims agree) and a strided one (stride 0 where the dim is 1).
+  version (taken when the dims agree) and a strided one (stride 0 where the dim is 1);
+* a row or loop kernel whose innermost extent is symbolic has a version for extents that
+  are a multiple of the vector width (``DISC_VEC_LANES``): its inner loops have no
+  remainder iterations, which the compiler drops (the extent is written ``C & ~(W-1)``);
+* a column reduction runs its column chunks in parallel, or, when there are fewer chunks
+  than threads (few, long columns: a bias gradient, batch-norm statistics), splits its
+  rows across the threads, each summing a partial row, added up in block order.
 """
 
 from __future__ import annotations
@@ -123,6 +129,15 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 /* below this many multiply-adds a GEMM runs on one thread (thread start-up would dominate) */
 #define DISC_GEMM_PARALLEL_MIN 262144.0
 #define DISC_BLOCKS_PER_THREAD 4
+/* lanes of a 4-byte element in the widest vectors the target has: kernels have a version
+   for innermost extents that are a multiple of it (no remainder loop) */
+#if defined(__AVX512F__)
+#define DISC_VEC_LANES 16
+#elif defined(__AVX__)
+#define DISC_VEC_LANES 8
+#else
+#define DISC_VEC_LANES 4
+#endif
 /* column-epilogue partial sums up to this size live on the calling thread's stack */
 #define DISC_STACK_PARTIALS 262144
 """
@@ -211,6 +226,8 @@ class _KernelEmitter:
         self.rowbuf: dict[int, str] = {}  # values kept in per-thread row buffers
         self.cached: set[int] = set()  # row-buffered values ready for later phases
         self.segment: int | None = None  # operand of the split concatenate being computed
+        self.strided = False  # emitting the version for implicit broadcasts
+        self.vec = False  # emitting the version for vector-multiple innermost extents
 
     # names ----------------------------------------------------------------------------
     def fn_name(self, variant: str) -> str:
@@ -226,13 +243,19 @@ class _KernelEmitter:
     def emit(self, info: ModuleInfo) -> str:
         """Per version: a ``_part`` function doing rows (or column chunks) [lo, hi), and the
         entry that runs it directly when the work is small or splits it across threads."""
-        variants = ["fast", "strided"] if self.k.speculative else ["fast"]
+        variants = ["fast"] + (["fast_vec"] if self.vector_speculation() else [])
+        variants += ["fast_rows"] if self.k.kind == "column" else []
+        variants += ["strided"] if self.k.speculative else []
         decls, names = self.data_args()
         epilogue = self.epilogue_outputs()
         out = []
         for variant in variants:
             self.strided = variant == "strided"
+            self.vec = variant == "fast_vec"
             fn = self.fn_name(variant)
+            if variant == "fast_rows":
+                out.append(self.row_split_kernel(fn, decls, names))
+                continue
             body, extent = self.body()
             if epilogue:
                 out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue))
@@ -258,6 +281,14 @@ class _KernelEmitter:
                              "speculative": self.k.speculative,
                              "column_epilogue": len(epilogue)})
         return "\n".join(out)
+
+    def vector_speculation(self) -> bool:
+        return vector_speculation(self.k)
+
+    def inner_extent(self) -> str:
+        """C expression of the innermost extent, as the version being emitted sees it."""
+        cols = self.dim(self.k.space[-1]) if self.n else "1"
+        return f"(({cols}) & ~(int64_t)(DISC_VEC_LANES - 1))" if self.vec else cols
 
     def epilogue_outputs(self) -> list[tuple[int, Op]]:
         """(output index, reduce op) of the kernel's column-sum epilogue."""
@@ -395,7 +426,7 @@ class _KernelEmitter:
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
         self.rowbuf = self._row_buffers(reductions)
-        lines = [f"  const int64_t C = {self.dim(cols)}; (void)C;"]
+        lines = [f"  const int64_t C = {self.inner_extent() if n else self.dim(cols)}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
@@ -735,7 +766,11 @@ class _KernelEmitter:
         return out
 
     # column reductions ----------------------------------------------------------------
-    def column_body(self) -> str:
+    def column_body(self, split_rows: bool = False) -> tuple[str, str]:
+        """The column schedule: a ``_part`` over column chunks [lo, hi) of 256 columns,
+        each summing all rows. ``split_rows``: the row-split schedule's ``_part`` instead,
+        over rows [lo, hi) and every column chunk, into the block's partial row ``part<j>``.
+        """
         k = self.k
         reds = [o.producer for o in k.outputs]
         a = self.col_axes = len(reds[0].attrs["axes"])  # type: ignore[union-attr]
@@ -751,15 +786,20 @@ class _KernelEmitter:
                      f"{_identity(kind, dt)};"]
             cone, x = self.operand_cone(red, 0, set())  # type: ignore[arg-type]
             body += cone + [_combine(kind, dt, f"acc{j}[c - c0]", x)]
-            store.append(f"    for (int64_t c = c0; c < c1; ++c) out{j}[c] = acc{j}[c - c0];")
+            dest = f"part{j}" if split_rows else f"out{j}"
+            store.append(f"    for (int64_t c = c0; c < c1; ++c) {dest}[c] = acc{j}[c - c0];")
         used = {int(d) for d in re.findall(r"\bi(\d+)\b", "\n".join(body))}
+        chunks, row_range = (("  for (int64_t c0 = 0; c0 < C; c0 += 256) {", "r = lo; r < hi")
+                             if split_rows else
+                             ("  for (int64_t c0 = lo * 256; c0 < hi * 256 && c0 < C; c0 += 256) {",
+                              "r = 0; r < R"))
         lines = [
-            f"  const int64_t R = {self.dim(rows)};",
+            f"  const int64_t R = {self.dim(rows)}; (void)R;",
             f"  const int64_t C = {self.dim(cols)};",
-            "  for (int64_t c0 = lo * 256; c0 < hi * 256 && c0 < C; c0 += 256) {",
+            chunks,
             "    const int64_t c1 = c0 + 256 < C ? c0 + 256 : C;",
             *init,
-            "    for (int64_t r = 0; r < R; ++r) {",
+            f"    for (int64_t {row_range}; ++r) {{",
             *["      " + s for s in self._decompose("r", range(a), used)],
             "      #pragma omp simd",
             "      for (int64_t c = c0; c < c1; ++c) {",
@@ -770,7 +810,50 @@ class _KernelEmitter:
             *store,
             "  }",
         ]
+        if split_rows:
+            return "\n".join(lines) + "\n", self.dim(rows)
         return "\n".join(lines) + "\n", f"(({self.dim(cols)}) + 255) / 256"
+
+    def row_split_kernel(self, fn: str, decls: list[str], names: list[str]) -> str:
+        """The row-split schedule of a column reduction (for few column chunks and many
+        rows, where the column schedule would leave threads idle): blocks of rows reduce
+        into partial rows, 64 elements apart, on the stack when small; the entry combines
+        them in block order, so the result does not depend on which thread ran which
+        block."""
+        body, extent = self.column_body(split_rows=True)
+        reds = [o.producer for o in self.k.outputs]
+        parts = [(j, f"part{j}", ctype(r.results[0].dtype), r.attrs["kind"])  # type: ignore
+                 for j, r in enumerate(reds)]
+        pdecls = decls + [f"{t} *restrict {name}" for _, name, t, _ in parts]
+        cols = self.dim(product(self.k.space[self.col_axes:]))
+        lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
+                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+                 f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+                 "int parallel) {",
+                 "  (void)parallel;  /* chosen only for parallel work */",
+                 f"  const int64_t R = {extent}, C = {cols};",
+                 "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
+                 "  const int64_t blocks = R < 1 ? 1 : R < want ? R : want;",
+                 "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
+        for _, name, t, _ in parts:
+            lines += [f"  const size_t {name}_bytes = (size_t)blocks * width * sizeof({t});",
+                      f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+        call = ", ".join(names + [f"{name} + b * width" for _, name, _, _ in parts] + ["S"])
+        lines += ["  #pragma omp parallel for schedule(dynamic, 1)",
+                  "  for (int64_t b = 0; b < blocks; ++b)",
+                  f"    {fn}_part({call}, R * b / blocks, R * (b + 1) / blocks);"]
+        for j, name, t, kind in parts:
+            dt = reds[j].results[0].dtype  # type: ignore[union-attr]
+            lines += ["  for (int64_t c = 0; c < C; ++c) {",
+                      f"    {t} acc = {name}[c];",
+                      "    for (int64_t b = 1; b < blocks; ++b)",
+                      "      " + _combine(kind, dt, "acc", f"{name}[b * width + c]"),
+                      f"    out{j}[c] = acc;",
+                      "  }",
+                      f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
+        lines.append("}\n")
+        return "\n".join(lines)
 
     def _decompose(self, flat: str, dims: range, used: set[int]) -> list[str]:
         """Per-dim indices ``i<d>`` of a column kernel's flattened row or column index, for
@@ -786,6 +869,15 @@ class _KernelEmitter:
             out.append(f"const int64_t i{d} = rem_{flat} % {size}; rem_{flat} /= {size};")
         out.append(f"const int64_t i{dims[0]} = rem_{flat};")
         return out
+
+
+def vector_speculation(k: Kernel) -> bool:
+    """Does kernel ``k`` get a version for innermost extents that are a multiple of the
+    vector width? Row and loop kernels whose innermost extent is symbolic (a static one the
+    compiler already sees), with one inner loop over it (not split at concatenate
+    boundaries, which need not be multiples)."""
+    return (k.kind in ("row", "loop") and k.rank >= 1 and k.split_concat is None
+            and not k.space[-1].is_const)
 
 
 def _identity(kind: str, dt: DType) -> str:
@@ -1036,10 +1128,30 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
             info.counters += [f"kernel{k.id}.contiguous", f"kernel{k.id}.strided"]
             w(f"    const int fast = {' && '.join(conds)};")
             w(f"    if (env->counters) env->counters[{base + 2} + !fast] += 1;")
-            call = ", ".join(args + ["S", "par"])
-            w(f"    if (fast) kernel{k.id}_fast({call}); else kernel{k.id}_strided({call});")
+        call = ", ".join(args + ["S", "par"])
+        fast = f"kernel{k.id}_fast({call});"
+        if k.kind == "column":
+            at = len(info.counters)
+            info.counters += [f"kernel{k.id}.column_parallel", f"kernel{k.id}.row_split"]
+            guard = "fast && " if k.speculative else ""
+            cols = syms.c(product(k.space[len(k.outputs[0].producer.attrs["axes"]):]))
+            w(f"    const int rows = {guard}par && (({cols}) + 255) / 256 < "
+              "omp_get_max_threads();")
+            counted = "env->counters && fast" if k.speculative else "env->counters"
+            w(f"    if ({counted}) env->counters[{at} + rows] += 1;")
+            fast = f"{{ if (rows) kernel{k.id}_fast_rows({call}); else {fast} }}"
+        if vector_speculation(k):
+            at = len(info.counters)
+            info.counters += [f"kernel{k.id}.vector_multiple", f"kernel{k.id}.vector_remainder"]
+            guard = "fast && " if k.speculative else ""
+            w(f"    const int vec = {guard}({syms.c(k.space[-1])}) % DISC_VEC_LANES == 0;")
+            counted = "env->counters && fast" if k.speculative else "env->counters"
+            w(f"    if ({counted}) env->counters[{at} + !vec] += 1;")
+            fast = f"{{ if (vec) kernel{k.id}_fast_vec({call}); else {fast} }}"
+        if k.speculative:
+            w(f"    if (fast) {fast} else kernel{k.id}_strided({call});")
         else:
-            w(f"    kernel{k.id}_fast({', '.join(args + ['S', 'par'])});")
+            w(f"    {fast}")
         w("  }")
     for v, i in copies:
         nbytes = syms.c(product(v.shape) * v.dtype.itemsize)
