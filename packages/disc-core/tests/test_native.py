@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from disc_core import Compiler, GraphBuilder, catalog, interpret
 from disc_core.interpreter import InputMismatchError
 from disc_core.native import build as native_build
-from disc_core.native import launch_counts
+from disc_core.native import fusion_count, launch_counts
 from disc_core.native.build import build_native
 from disc_core.native.toolchain import CompilerNotFound
 from disc_core.opdef import InterpretError
@@ -972,6 +972,22 @@ def test_launch_counts_include_gemms_and_scatter_loops(compiler) -> None:
     assert kernels(exe) == {"loop": 2, "librarycall": 2, "scattercall": 1}
     assert launch_counts(exe.artifact.metadata["native"]) == (3, 2)
     assert launch_counts(None) is None  # the reference engine launches nothing countable
+    # the two loops each hold one op (exp, tanh): no fused group among the launches
+    assert fusion_count(exe.artifact.metadata["native"]) == 0
+    assert fusion_count(None) is None
+
+
+def test_fusion_count_is_kernels_doing_the_work_of_several_ops(compiler) -> None:
+    """The report's ``fusions``: kernels fusing two or more ops; a single op with its
+    constants, a zero-copy reshape or a GEMM is not a fusion."""
+    exe = compiler.compile(layernorm())  # one row kernel: reductions, broadcasts, math
+    assert fusion_count(exe.artifact.metadata["native"]) == 1
+    b = GraphBuilder("no_fusion")
+    x = b.input("x", "f32", [b.symbol("N"), 4])
+    g = b.build(b.reshape_to(b.max(x, b.full(0.0, "f32", x.shape)), [4, b.symbol("N")]))
+    exe = check(compiler, g, [randn(3, 4)])
+    native = exe.artifact.metadata["native"]
+    assert launch_counts(native) == (1, 0) and fusion_count(native) == 0
 
 
 @pytest.mark.parametrize("lhs_batch, rhs_batch, lhs_contract, rhs_contract, lshape, rshape", [

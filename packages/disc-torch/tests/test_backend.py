@@ -102,6 +102,10 @@ def test_gpt_block_trains_like_eager():
     assert roles == ["backward", "forward"], "one forward and one backward graph for 5 shapes"
     assert disc_torch.compile_count() == sum(len(g.clusters)
                                               for g in disc_torch.report().graphs)
+    # every cluster reports its fused groups, at most one per generated kernel
+    clusters = [c for g in disc_torch.report().graphs for c in g.clusters]
+    assert clusters and all(c.fusions is not None and 0 < c.fusions <= c.kernels
+                            for c in clusters), clusters
 
 
 class SmallCNN(nn.Module):

@@ -26,7 +26,7 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 from disc_core import fallback
 from disc_core.clustering import Cluster, ClusteringResult
 from disc_core.compiler import Compiler
-from disc_core.native import launch_counts
+from disc_core.native import fusion_count, launch_counts
 from disc_core.report import ReasonCode, configure, get_collector, graph_report
 
 from .config import DiscConfig
@@ -402,7 +402,7 @@ class DiscFunction:
             recorder.cluster_compiled(
                 cid, seconds=a.seconds, cache_hit=a.source != "miss",
                 kernels=kernels, library_calls=library_calls,
-                fusions=sum(native_meta.get("fusion", {}).values()) if native_meta else None)
+                fusions=fusion_count(native_meta))
             member_set = set(a.members)
             fed = {t.name for t in low.inputs}
             extra: list[tf.Tensor] = []

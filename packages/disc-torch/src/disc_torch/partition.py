@@ -21,7 +21,7 @@ import torch
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from disc_core.clustering import Support, find_clusters
-from disc_core.native import launch_counts
+from disc_core.native import fusion_count, launch_counts
 from disc_core.report import ReasonCode, get_collector, graph_report
 
 from .cluster import Clock, ClusterModule
@@ -256,7 +256,7 @@ def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | No
             return
         counts = launch_counts(native)  # generated kernels and GEMM calls, apart
         kernels, library_calls = counts if counts else (None, None)
-        fusions = sum(native.get("fusion", {}).values()) if native else None
+        fusions = fusion_count(native)
         module._recorder.cluster_compiled(
             module.cluster_id, seconds=time.perf_counter() - start,
             cache_hit=source != "miss", kernels=kernels, fusions=fusions,

@@ -7,7 +7,7 @@ symbolic size, allocates buffers and runs the steps, so a call is one native cal
 module is loaded by disc-runtime's ``native`` engine (``disc_runtime.native``).
 """
 
-from .build import launch_counts
+from .build import fusion_count, launch_counts
 from .fusion import FusionPlan, NativeUnsupported, plan_fusion
 
-__all__ = ["FusionPlan", "NativeUnsupported", "launch_counts", "plan_fusion"]
+__all__ = ["FusionPlan", "NativeUnsupported", "fusion_count", "launch_counts", "plan_fusion"]

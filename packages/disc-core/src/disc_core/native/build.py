@@ -57,6 +57,21 @@ def launch_counts(native: Mapping[str, Any] | None) -> tuple[int, int] | None:
     return kernels, steps.get("librarycall", 0)
 
 
+#: ops that only name a value or index one inside a kernel (no pass of their own): a kernel
+#: of one op plus these fuses nothing
+_NO_WORK = frozenset({"constant", "iota", "get_dimension_size", "broadcast_in_dim", "reshape"})
+
+
+def fusion_count(native: Mapping[str, Any] | None) -> int | None:
+    """Fused groups in a native artifact (``metadata["native"]``): generated kernels that
+    do the work of two or more ops. Aliases (zero-copy reshapes), GEMM calls and kernels of
+    a single op are not fusions. None for an artifact without native code."""
+    if not native:
+        return None
+    return sum(1 for k in native.get("kernels", [])
+               if sum(op not in _NO_WORK for op in k.get("ops", ())) >= 2)
+
+
 def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:
     t0 = time.perf_counter()
     lower_convolutions(graph)
