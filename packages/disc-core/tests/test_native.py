@@ -575,6 +575,23 @@ def test_affine_index_survives_a_same_size_slice_behind_a_unit_reshape(compiler)
         check(compiler, g, [randn(*shape)])
 
 
+def test_a_value_indexed_two_ways_is_not_shared_in_one_kernel(compiler) -> None:
+    """torch's diag_embed(x, offset=2): one iota read as the column index (``j``) and,
+    through ``iota + 2``, as the row index (``i + 2``) of the same mask. An iota joins a
+    kernel with its first reader; a reader indexing it another way must not reuse it (it
+    did: the mask became ``j == j + 2`` and the diagonal came out zero)."""
+    from disc_core.parser import parse_graph
+
+    g = parse_graph((DATA / "iota_under_two_index_maps.disc").read_text())
+    for n in (5, 1, 0, 14):
+        x = randn(n, n)
+        (got,) = check(compiler, g, [x]).run([x])
+        want = np.zeros((n, n + 2, n + 2), np.float32)
+        for i in range(n):
+            want[:, i, i + 2] = x[:, i]
+        np.testing.assert_array_equal(got, want)
+
+
 # -- fusion shapes ---------------------------------------------------------------------------
 
 def test_multi_output_fusion_writes_shared_values(compiler) -> None:

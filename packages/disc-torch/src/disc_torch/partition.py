@@ -96,27 +96,58 @@ def _user_visible_outputs(role: str) -> int | None:
     return meta.num_mutated_inp_runtime_indices + meta.num_outputs + meta.num_intermediate_bases
 
 
+def _storages(node: torch.fx.Node) -> set[Any]:
+    """The (fake) storages a node's traced value lives in: one per tensor it holds, views
+    sharing their base's. Empty when the node has no traced tensor value."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    out = set()
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            try:
+                out.add(StorageWeakRef(v.untyped_storage()))
+            except Exception:  # a tensor subclass without a storage: nothing to alias
+                continue
+    return out
+
+
 def _returned_input_views(gm: torch.fx.GraphModule, visible: int | None) -> set[torch.fx.Node]:
-    """View ops of graph inputs that the graph returns to the user: aot_autograd
-    regenerates such aliases from the input's metadata, so they must stay real torch views
-    (a view saved for backward is just read: DISC may compute it)."""
+    """The nodes that make a view of a graph input which the graph returns to the user,
+    from the input to the result (``x[n:]``, a ``split`` chunk, ``x.t()``): aot_autograd
+    regenerates such outputs as aliases of the input from the compiled output's size,
+    strides and storage offset, so they must stay real torch views (a DISC buffer would
+    give offset 0 and its own strides). A view that is only read (saved for backward,
+    consumed by other ops) may be computed by DISC. Aliasing is read from the traced fake
+    tensors (views share their base's storage), so every view op is covered."""
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     results = out_node.args[0] if isinstance(out_node.args[0], (list, tuple)) else [
         out_node.args[0]]
+    inputs: set[Any] = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            inputs |= _storages(n)
     found: set[torch.fx.Node] = set()
-
-    def views_input(n: torch.fx.Node) -> bool:
-        while n.op == "call_function" and n.target in _VIEWS:
-            n = n.args[0]
-        return n.op == "placeholder"
-
     for r in results[:visible] if visible is not None else results:
-        if isinstance(r, torch.fx.Node) and r.op == "call_function" and r.target in _VIEWS \
-                and views_input(r):
-            n = r
-            while n.op == "call_function" and n.target in _VIEWS:
+        if not isinstance(r, torch.fx.Node) or r.op != "call_function":
+            continue
+        if r.meta.get("val") is not None:
+            shared = _storages(r) & inputs
+
+            def on_chain(n: torch.fx.Node, shared: set[Any] = shared) -> bool:
+                return bool(_storages(n) & shared)
+        else:  # no traced values: the known view ops
+            shared = {r} if r.target in _VIEWS else set()
+
+            def on_chain(n: torch.fx.Node) -> bool:
+                return n.target in _VIEWS
+        stack = [r] if shared else []
+        while stack:  # back from the result along the nodes holding the input's storage
+            n = stack.pop()
+            if n not in found and n.op == "call_function" and on_chain(n):
                 found.add(n)
-                n = n.args[0]
+                stack.extend(n.all_input_nodes)
     return found
 
 

@@ -963,6 +963,14 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
     """False, True (fuse) or "output" (fuse and also write ``v``: multi-output fusion)."""
     if not _fusible(p) or not _dims_agree(v, need, k.space):
         return False
+    for j, w in enumerate(() if p.name in SHAPE_ONLY else p.operands):
+        q = w.producer
+        if q is not None and id(q) in members:
+            # a value the kernel already computes under one index map (an iota joins with
+            # its first reader) cannot serve a reader that indexes it another way
+            m, maybe = operand_map(p, j, need, k.rank)
+            if maybe or m != k.maps.get(id(w)):
+                return False
     if _duplicable(p):
         return p.name != "constant" or not p.results[0].rank
     becomes_row = False
