@@ -374,3 +374,52 @@ def test_returned_views_of_inputs_keep_their_offsets_and_strides(min_cluster_siz
                     gx = torch.autograd.grad(sum(g.sum() for g in got), x)[0]
                     wx = torch.autograd.grad(sum(w.sum() for w in want), x)[0]
                     torch.testing.assert_close(gx, wx, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_dependencies_through_size_nodes_never_close_a_cycle():
+    """torch.trapezoid's backward: ``expand(g, [.., sym_size(slice(x), 2)])`` reads a size
+    of a tensor the same region computes. Clustering sees such paths (it used to see only
+    tensor-to-tensor edges and built a partition with a cycle, which failed the compile)."""
+    def fn(y, x):
+        return torch.trapezoid(y, x)
+
+    seen = len(disc_torch.report().graphs)
+    for size in (1, 2):
+        compiled = disc_torch.optimize(fn, min_cluster_size=size)
+        for n in (5, 2, 9):
+            y = torch.randn(2, 3, n, requires_grad=True)
+            x = torch.randn(2, 3, n, requires_grad=True)
+            yr, xr = y.detach().clone().requires_grad_(), x.detach().clone().requires_grad_()
+            got, want = compiled(y, x), fn(yr, xr)
+            torch.testing.assert_close(got, want)
+            got.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close((y.grad, x.grad), (yr.grad, xr.grad))
+    graphs = disc_torch.report().graphs[seen:]
+    assert {g.name.split("_")[0] for g in graphs} == {"forward", "backward"}
+    for g in graphs:  # partitioned and compiled, not run eagerly after a failure
+        assert any(n.status.value == "compiled" for n in g.nodes), g.name
+        assert not any(n.reason is not None and n.reason.value == "compile_error"
+                       for n in g.nodes), g.name
+
+
+def test_a_failed_partition_runs_the_graph_eagerly(monkeypatch):
+    from disc_torch import partition
+
+    def broken(*args, **kwargs):
+        raise AssertionError("Invalid partition (test)")
+
+    monkeypatch.setattr(partition, "fuse_by_partitions", broken)
+    fn = disc_torch.optimize(lambda x: torch.tanh(x * 2 + 1).sum(-1))
+    x = torch.randn(4, 6, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    with pytest.warns(disc_torch.cluster.DiscFallbackWarning, match="partitioning"):
+        got = fn(x)
+    want = torch.tanh(xr * 2 + 1).sum(-1)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    failed = fallbacks()
+    assert any(code == "compile_error" and "partitioning" in detail
+               for _, code, detail in failed), failed

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from disc_core.compiler import Compiler
@@ -25,7 +26,7 @@ from .blas import use_torch_blas
 from .cluster import warn_once
 from .config import DiscConfig
 from .decompositions import decomposition_table
-from .partition import partition_and_compile
+from .partition import partition_and_compile, record_failed_graph
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -44,7 +45,13 @@ def get_compiler(target: str = "auto") -> Compiler:
 
 def _graph_compiler(config: DiscConfig, role: str) -> Callable[..., Any]:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        return partition_and_compile(gm, config, get_compiler(config.target), role)
+        try:
+            return partition_and_compile(gm, config, get_compiler(config.target), role)
+        except Exception as exc:  # DISC must never break the user's program
+            detail = f"partitioning the graph failed ({type(exc).__name__}: {exc})"
+            warn_once(f"DISC: a {role} graph runs eagerly: {detail}")
+            record_failed_graph(gm, role, detail)
+            return make_boxed_func(gm)  # aot_autograd calls compiled graphs boxed
 
     return compile_graph
 

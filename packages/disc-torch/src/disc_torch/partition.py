@@ -81,6 +81,29 @@ def _intermediate_sizes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     return readers
 
 
+def _dependency_edges(nodes: list[torch.fx.Node], node_set: set[torch.fx.Node]
+                      ) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
+    """(producer, consumer) between tensor nodes, including dependencies that pass through
+    size nodes (``sym_size(x, 2)`` feeding an ``expand``): clustering sees only tensor
+    nodes, and a cluster holding both ends of such a path would need its own output first
+    (the partition would have a cycle)."""
+    memo: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+
+    def sources(node: torch.fx.Node) -> set[torch.fx.Node]:
+        if node in memo:
+            return memo[node]
+        out: set[torch.fx.Node] = set()
+        for src in node.all_input_nodes:
+            if src in node_set:
+                out.add(src)
+            elif src.op == "call_function":
+                out |= sources(src)
+        memo[node] = out
+        return out
+
+    return [(src, n) for n in nodes for src in sources(n)]
+
+
 def _user_visible_outputs(role: str) -> int | None:
     """How many leading outputs of the graph reach the user (None: assume all).
 
@@ -151,6 +174,17 @@ def _returned_input_views(gm: torch.fx.GraphModule, visible: int | None) -> set[
     return found
 
 
+def record_failed_graph(gm: torch.fx.GraphModule, role: str, detail: str) -> None:
+    """Report a graph that runs eagerly because partitioning it failed: every op falls
+    back, with the failure as the reason."""
+    name = f"{role}_{next(_graph_ids)}"
+    nodes = [n for n in gm.graph.nodes if is_tensor_node(n)]
+    verdicts = {n: Support(False, detail, code=ReasonCode.COMPILE_ERROR) for n in nodes}
+    report = graph_report(name, nodes, find_clusters(nodes, [], verdicts), op_type=op_type,
+                          support=verdicts, node_name=lambda n: n.name, flops=estimate_flops)
+    get_collector().add_graph(report, framework="torch", framework_version=torch.__version__)
+
+
 def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler: Any,
                           role: str) -> PartitionedGraph:
     name = f"{role}_{next(_graph_ids)}"
@@ -175,7 +209,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
                                   code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
         else:
             verdicts[n] = node_support(n)
-    edges = [(src, n) for n in nodes for src in n.all_input_nodes if src in node_set]
+    edges = _dependency_edges(nodes, node_set)
     clustering = find_clusters(nodes, edges, verdicts, min_cluster_size=config.min_cluster_size,
                                never_cluster=never)
     report = graph_report(name, nodes, clustering, op_type=op_type, support=verdicts,
