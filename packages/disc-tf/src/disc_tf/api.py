@@ -479,22 +479,18 @@ def poll() -> float:
 _seen: dict[str, tuple[int, float]] = {}
 
 
-def _numpy_runner(launch: Launch) -> Callable[..., Any]:
+def _numpy_runner(launch: Launch, sub: Any, feeds: list[str], outs: list[str]
+                  ) -> Callable[..., Any]:
     """The Python function a numpy_function launch calls: the executable, and on any
-    failure the cluster's original ops (as a TF function) from then on."""
-    from tensorflow.core.framework import graph_pb2
+    failure the cluster's original ops (``sub`` fed at ``feeds``, the GraphDef the rewrite
+    made, as a TF function) from then on."""
     from tensorflow.python.eager import wrap_function
-
-    from .rewrite import _fallback_graph_def
 
     n = len(launch.lowered.inputs)
     state: dict[str, Any] = {"failed": False, "fallback": None}
 
     def fallback(arrays: tuple[np.ndarray, ...]) -> list[np.ndarray]:
         if state["fallback"] is None:
-            members = graph_pb2.GraphDef()
-            members.node.extend(op.node_def for op in launch.lowered.members)
-            sub, feeds, outs = _fallback_graph_def(members, launch)
             state["fallback"] = wrap_function.function_from_graph_def(sub, feeds, outs)
         res = state["fallback"](*[tf.constant(a) for a in arrays])
         return [np.asarray(r) for r in res]
@@ -505,11 +501,11 @@ def _numpy_runner(launch: Launch) -> Callable[..., Any]:
                 start = time.perf_counter()
                 # as they come: the executable copies a strided input itself, and
                 # np.ascontiguousarray would turn a rank-0 input into shape (1,)
-                outs = launch.executable.run(list(arrays[:n]))
+                results = launch.executable.run(list(arrays[:n]))
                 owner = _launch_owners.get(launch.key)
                 if owner is not None:
                     owner[0].cluster_call(owner[1], time.perf_counter() - start)
-                return outs
+                return results
             except Exception as exc:  # DISC must never break the user's program
                 state["failed"] = True
                 owner = _launch_owners.get(launch.key)

@@ -133,7 +133,7 @@ def _numpy_launch_node(launch: Launch, name: str, run: Callable[..., Any],
 
 
 def rebuild_function(cf: Any, launches: list[Launch], mode: str,
-                     numpy_runner: Callable[[Launch], Callable[..., Any]] | None = None,
+                     numpy_runner: Callable[..., Callable[..., Any]] | None = None,
                      keepalive: list[Any] | None = None) -> Any:
     """The concrete function ``cf`` with every launch's cluster replaced."""
     graph_def = cf.graph.as_graph_def()
@@ -163,7 +163,8 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
             node = _launch_node(launch, name, fdef.signature.name, module, control, device)
         else:
             assert numpy_runner is not None and keepalive is not None
-            node = _numpy_launch_node(launch, name, numpy_runner(launch), keepalive, control,
+            run = numpy_runner(launch, sub, feeds, outs)
+            node = _numpy_launch_node(launch, name, run, keepalive, control,
                                       device)
         mark_differentiable(node, sub, feeds, outs)
         new_nodes.append(node)

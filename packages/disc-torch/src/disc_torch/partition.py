@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from disc_core.clustering import Support, find_clusters
 from disc_core.native import fusion_count, launch_counts
@@ -33,14 +34,7 @@ from .symbolic import UnsupportedSize, to_expr
 
 __all__ = ["PartitionedGraph", "partition_and_compile", "wait_for_builds"]
 
-aten = torch.ops.aten
 _graph_ids = itertools.count()
-
-_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.alias.default,
-          aten.permute.default, aten.expand.default, aten.slice.Tensor, aten.select.int,
-          aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default,
-          aten.t.default, aten.transpose.int, aten.reshape.default}
-
 
 class PartitionedGraph:
     """The callable handed back to aot_autograd: the partitioned GraphModule plus stats."""
@@ -122,8 +116,6 @@ def _user_visible_outputs(role: str) -> int | None:
 def _storages(node: torch.fx.Node) -> set[Any]:
     """The (fake) storages a node's traced value lives in: one per tensor it holds, views
     sharing their base's. Empty when the node has no traced tensor value."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
     out = set()
@@ -143,7 +135,8 @@ def _returned_input_views(gm: torch.fx.GraphModule, visible: int | None) -> set[
     strides and storage offset, so they must stay real torch views (a DISC buffer would
     give offset 0 and its own strides). A view that is only read (saved for backward,
     consumed by other ops) may be computed by DISC. Aliasing is read from the traced fake
-    tensors (views share their base's storage), so every view op is covered."""
+    tensors aot_autograd's graphs carry (views share their base's storage), so every view
+    op is covered."""
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     results = out_node.args[0] if isinstance(out_node.args[0], (list, tuple)) else [
         out_node.args[0]]
@@ -155,20 +148,11 @@ def _returned_input_views(gm: torch.fx.GraphModule, visible: int | None) -> set[
     for r in results[:visible] if visible is not None else results:
         if not isinstance(r, torch.fx.Node) or r.op != "call_function":
             continue
-        if r.meta.get("val") is not None:
-            shared = _storages(r) & inputs
-
-            def on_chain(n: torch.fx.Node, shared: set[Any] = shared) -> bool:
-                return bool(_storages(n) & shared)
-        else:  # no traced values: the known view ops
-            shared = {r} if r.target in _VIEWS else set()
-
-            def on_chain(n: torch.fx.Node) -> bool:
-                return n.target in _VIEWS
+        shared = _storages(r) & inputs
         stack = [r] if shared else []
         while stack:  # back from the result along the nodes holding the input's storage
             n = stack.pop()
-            if n not in found and n.op == "call_function" and on_chain(n):
+            if n not in found and n.op == "call_function" and _storages(n) & shared:
                 found.add(n)
                 stack.extend(n.all_input_nodes)
     return found
@@ -180,9 +164,16 @@ def record_failed_graph(gm: torch.fx.GraphModule, role: str, detail: str) -> Non
     name = f"{role}_{next(_graph_ids)}"
     nodes = [n for n in gm.graph.nodes if is_tensor_node(n)]
     verdicts = {n: Support(False, detail, code=ReasonCode.COMPILE_ERROR) for n in nodes}
-    report = graph_report(name, nodes, find_clusters(nodes, [], verdicts), op_type=op_type,
-                          support=verdicts, node_name=lambda n: n.name, flops=estimate_flops)
-    get_collector().add_graph(report, framework="torch", framework_version=torch.__version__)
+    _report(name, nodes, find_clusters(nodes, [], verdicts), verdicts)
+
+
+def _report(name: str, nodes: list[torch.fx.Node], clustering: Any,
+            verdicts: dict[torch.fx.Node, Support]) -> Any:
+    """Add a graph's coverage report; returns its recorder."""
+    report = graph_report(name, nodes, clustering, op_type=op_type, support=verdicts,
+                          node_name=lambda n: n.name, flops=estimate_flops)
+    return get_collector().add_graph(report, framework="torch",
+                                     framework_version=torch.__version__)
 
 
 def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler: Any,
@@ -212,10 +203,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     edges = _dependency_edges(nodes, node_set)
     clustering = find_clusters(nodes, edges, verdicts, min_cluster_size=config.min_cluster_size,
                                never_cluster=never)
-    report = graph_report(name, nodes, clustering, op_type=op_type, support=verdicts,
-                          node_name=lambda n: n.name, flops=estimate_flops)
-    recorder = get_collector().add_graph(report, framework="torch",
-                                         framework_version=torch.__version__)
+    recorder = _report(name, nodes, clustering, verdicts)
     clock = Clock()
     if not clustering.clusters:
         return PartitionedGraph(gm, [], recorder, clock)

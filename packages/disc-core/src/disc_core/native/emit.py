@@ -243,7 +243,7 @@ class _KernelEmitter:
     def emit(self, info: ModuleInfo) -> str:
         """Per version: a ``_part`` function doing rows (or column chunks) [lo, hi), and the
         entry that runs it directly when the work is small or splits it across threads."""
-        variants = ["fast"] + (["fast_vec"] if self.vector_speculation() else [])
+        variants = ["fast"] + (["fast_vec"] if vector_speculation(self.k) else [])
         variants += ["fast_rows"] if self.k.kind == "column" else []
         variants += ["strided"] if self.k.speculative else []
         decls, names = self.data_args()
@@ -282,12 +282,9 @@ class _KernelEmitter:
                              "column_epilogue": len(epilogue)})
         return "\n".join(out)
 
-    def vector_speculation(self) -> bool:
-        return vector_speculation(self.k)
-
     def inner_extent(self) -> str:
         """C expression of the innermost extent, as the version being emitted sees it."""
-        cols = self.dim(self.k.space[-1]) if self.n else "1"
+        cols = self.dim(self.k.space[-1] if self.n else Expr.const(1))
         return f"(({cols}) & ~(int64_t)(DISC_VEC_LANES - 1))" if self.vec else cols
 
     def epilogue_outputs(self) -> list[tuple[int, Op]]:
@@ -422,11 +419,10 @@ class _KernelEmitter:
             return self.column_body()
         n = self.n
         rows = product(k.space[:-1]) if n else Expr.const(1)
-        cols = k.space[-1] if n else Expr.const(1)
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
         self.rowbuf = self._row_buffers(reductions)
-        lines = [f"  const int64_t C = {self.inner_extent() if n else self.dim(cols)}; (void)C;"]
+        lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
