@@ -26,6 +26,9 @@ def parser(description: str, quick_help: str) -> argparse.ArgumentParser:
     p.add_argument("--modes", default="inference,training")
     p.add_argument("--threads", type=int, default=None, help="threads for every contender")
     p.add_argument("--rounds", type=int, default=5, help="steady-state rounds per shape")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="back-to-back timed calls per contender, shape and round (after one "
+                        "untimed call)")
     p.add_argument("--output", type=Path, default=None)
     return p
 
@@ -50,18 +53,25 @@ def first_pass(step: Callable[[Any, Any], Any], batches: Sequence[Batch],
 
 
 def steady(steps: dict[str, Callable[[Any, Any], Any]], batches: Sequence[Batch], rounds: int,
-           fetch: Callable[[Any], Any]) -> dict[str, list[float]]:
-    """Median seconds per call, per shape, for every contender; interleaved rounds whose
-    contender order rotates, so no one always runs right after another."""
+           fetch: Callable[[Any], Any], repeat: int = 3) -> dict[str, list[float]]:
+    """Median seconds per call, per shape, for every contender.
+
+    Steady state is what a training or serving loop sees: the same function called back to
+    back. So each contender makes one untimed call (it brings its weights back into cache
+    and lets the previous contender's worker threads go idle) and then ``repeat`` timed
+    calls in a row. Rounds are interleaved and their contender order rotates, so machine
+    drift and ordering effects fall on every contender alike."""
     names = list(steps)
     per: dict[str, list[list[float]]] = {n: [[] for _ in batches] for n in names}
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for i, (x, y) in enumerate(batches):
             for n in order:
-                t0 = time.perf_counter()
                 fetch(steps[n](x, y))
-                per[n][i].append(time.perf_counter() - t0)
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    fetch(steps[n](x, y))
+                    per[n][i].append(time.perf_counter() - t0)
     return {n: [statistics.median(s) for s in per[n]] for n in names}
 
 

@@ -11,9 +11,10 @@ compilation per distinct shape), ``disc`` (disc_tf.function, clusters run by the
 custom op) and ``disc_numpy_function`` (the same clusters called through tf.numpy_function,
 the fallback path). Every contender runs the whole stream once (the *first pass*: tracing
 and compilation included, as a user sees it; DISC starts from an empty compile cache), then
-the steady state is timed in interleaved rounds over five shapes of the stream (median per
-shape, then the median of the per-shape ratios). The training step is forward + backward +
-SGD on a mean-squared loss.
+the steady state is timed in interleaved rounds over five shapes of the stream: per round,
+shape and contender one untimed call, then ``--repeat`` timed calls back to back, as a loop
+runs them (median per shape, then the median of the per-shape ratios). The training step is
+forward + backward + SGD on a mean-squared loss.
 
 Results: a table on stdout and benchmarks/results/tf_models.json (tf_models.quick.json for
 --quick): one object per (model, mode). Targets are printed as PASS/MISS; a missed target
@@ -131,7 +132,7 @@ def run_case(mode: str) -> dict[str, Any]:
     worst = {n: max(float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3)))
                     for a, b in zip(outs[n], outs["tf"])) for n in names if n != "tf"}
     timed = batches[:: max(len(batches) // 5, 1)]
-    medians = harness.steady(steps, timed, ARGS.rounds, np.asarray)  # fetching waits
+    medians = harness.steady(steps, timed, ARGS.rounds, np.asarray, ARGS.repeat)  # fetching waits
 
     def ratio(peer: str, who: str = "disc") -> float:
         return harness.median_ratio(medians, peer, who)

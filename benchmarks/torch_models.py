@@ -6,7 +6,8 @@ on a GPT-style transformer and a small CNN, inference and training, over streams
 
 Per (model, mode) every contender starts from the same weights and runs the whole stream
 once (the *first pass*: tracing and compilation included, as a user sees it), then the
-steady state is timed in interleaved rounds over a few shapes of the stream (median per
+steady state is timed in interleaved rounds over a few shapes of the stream (per round, shape
+and contender one untimed call, then ``--repeat`` timed calls back to back; median per
 shape, then the median of the per-shape ratios). DISC's first pass starts from an empty
 compile cache; it is then repeated with a warm disk cache after dropping every in-memory
 cache (dynamo's and DISC's), as a new process of a deployed job would see it. Every
@@ -166,7 +167,8 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
     worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(losses["disc"], losses["eager"]))
     timed = batches[:: max(len(batches) // 5, 1)]
     # torch returns finished tensors: nothing to wait for
-    medians = harness.steady({n: steps[n] for n in names}, timed, ARGS.rounds, lambda r: r)
+    medians = harness.steady({n: steps[n] for n in names}, timed, ARGS.rounds, lambda r: r,
+                            ARGS.repeat)
 
     def ratio(peer: str) -> float:
         return harness.median_ratio(medians, peer, "disc")

@@ -8,6 +8,7 @@ import tensorflow as tf
 from helpers import assert_same, rand
 
 import disc_tf
+import disc_tf.api
 from disc_tf.config import DiscConfig
 
 
@@ -93,6 +94,41 @@ def test_bad_input_gives_clear_errors():
     assert not disc_tf.is_enabled()
 
 
+def test_repeated_signatures_take_the_fast_call_path(monkeypatch):
+    """After its first call, a signature of positional tensors and scalars skips the
+    general argument handling; results, the signature split (dtype, rank, scalar values)
+    and the report's call counts stay what the general path gives."""
+    def relu_scale_sum(x, scale):
+        return tf.nn.relu(x) * scale + tf.reduce_sum(x, axis=-1, keepdims=True)
+
+    ref = relu_scale_sum
+    f = disc_tf.function(relu_scale_sum)
+    general = []
+    real = disc_tf.api.DiscFunction._entry_for
+
+    def counting(self, args, kwargs):
+        general.append(tuple(type(a).__name__ for a in args))
+        return real(self, args, kwargs)
+
+    monkeypatch.setattr(disc_tf.api.DiscFunction, "_entry_for", counting)
+    shapes = ([4, 3], [1, 3], [0, 5], [7, 2], [2, 9])
+    for n, shape in enumerate(shapes):
+        x = rand(shape, seed=n)
+        assert_same(f(x, 2.0), ref(x, 2.0))
+    assert len(general) == 1  # only the first call of the signature
+    for x, scale in ((rand([3, 3], tf.float64), 2.0), (rand([3]), 2.0),
+                     (rand([3, 3]), 3.0)):  # new dtype, new rank, new Python scalar value
+        assert_same(f(x, scale), ref(x, scale))
+    assert len(general) == 4
+    x = rand([5, 3])
+    assert_same(f(x, scale=2.0), ref(x, 2.0))  # keywords take the general path
+    assert len(general) == 5
+    graph = [g for g in disc_tf.report().graphs if g.name == "relu_scale_sum"]
+    first = graph[0]  # the float32 rank-2 scale=2.0 signature: 1 general + 4 fast calls
+    assert first.calls == 5 and all(c.calls == 5 for c in first.clusters), first.clusters
+    assert len(graph) == 5  # a keyword argument makes a signature of its own, as in TF
+
+
 def test_pinned_input_signature_is_respected():
     f = disc_tf.function(lambda x: x * x + 1.0,
                          input_signature=[tf.TensorSpec([None, 3], tf.float32)])
@@ -161,8 +197,10 @@ def test_keras_fit_matches_plain_tensorflow():
     failed = [(n.op, n.detail) for n in graphs[-1].nodes if n.reason is not None and
               n.reason.value in ("compile_error", "runtime_error")]
     assert not failed, failed
+    # every step ran every cluster; Keras's last call, which stops on the exhausted dataset,
+    # may already have run clusters that do not wait for the batch (a 21st call)
     calls = [c.calls for c in graphs[-1].clusters if c.calls]
-    assert calls and max(calls) == 20
+    assert calls and min(calls) == 20 and max(calls) <= 21
     # 20 distinct sequence lengths, one trace: every compilation happens in the first step
     # (clusters, and the halves tried for a cluster the native engine refused)
     assert compiles[-1] == compiles[20] > before

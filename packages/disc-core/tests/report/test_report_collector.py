@@ -61,6 +61,34 @@ def test_snapshots_do_not_change_when_recording_goes_on():
     assert after.graphs[0].calls == 11 and after.graphs[0].fallback_seconds == pytest.approx(0.625)
 
 
+def test_flush_hooks_bring_pending_counts_into_every_snapshot(tmp_path):
+    """A bridge that counts cluster calls natively registers a hook; every snapshot and
+    write runs it first, once per hook, and a failing hook only warns."""
+    c = Collector()
+    rec = c.add_graph(graph(), framework="torch")
+    pending = [3]
+
+    def flush():
+        for _ in range(pending[0]):
+            rec.cluster_call(0, 0.1)
+        pending[0] = 0
+
+    c.add_flush_hook(flush)
+    c.add_flush_hook(flush)  # registered once
+    assert c.report().graphs[0].clusters[0].calls == 13
+    pending[0] = 2
+    path = c.write(tmp_path / "r.json")
+    assert load(path).graphs[0].clusters[0].calls == 15
+    assert c.report().graphs[0].clusters[0].calls == 15
+
+    def broken():
+        raise RuntimeError("native counters gone")
+
+    c.add_flush_hook(broken)
+    with pytest.warns(ReportWriteWarning, match="native counters gone"):
+        assert c.report().graphs[0].clusters[0].calls == 15
+
+
 def test_recorder_counts_compiles_and_cache_hits():
     g = graph()
     g.clusters[0].cache_hits = g.clusters[0].cache_misses = 0

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager.polymorphic_function import function_type_utils
+from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core import fallback
 from disc_core.clustering import Cluster, ClusteringResult
@@ -131,6 +132,9 @@ class DiscFunction:
         self._tf = _ORIGINAL_FUNCTION(python_function, **tf_kwargs)
         self._entries: dict[str, _Entry] = {}
         self._static_keys: set[str] = set()
+        # fast-path signature -> (entry, positions of the arguments its flat inputs are)
+        self._fast: dict[tuple[Any, ...], tuple[_Entry, list[int]]] = {}
+        self._signature = _flat_signature(tf_kwargs.get("input_signature"))
         self._entry_lock = threading.Lock()
         functools.update_wrapper(self, python_function)
         self._instance: Any = None
@@ -154,6 +158,7 @@ class DiscFunction:
     def coverage(self) -> Any:
         """The coverage report (``disc_core.report.GraphReport``) of the most recently
         traced signature, or None before the first call."""
+        _flush_cluster_calls()
         for entry in reversed(list(self._entries.values())):
             if entry.recorder is not None:
                 return entry.recorder.graph
@@ -168,35 +173,15 @@ class DiscFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._xla or (self._from_enable and _enabled is None):
             return self._tf(*args, **kwargs)
-        r_args = tf.nest.map_structure(_relax, args)
-        r_kwargs = tf.nest.map_structure(_relax, kwargs)
-        key = repr(tf.nest.map_structure(_key_of, (r_args, r_kwargs)))
-        if self._pinned:  # the input_signature fixes the traced shapes
-            r_args, r_kwargs = args, kwargs
-        if key in self._static_keys:  # relaxing failed for this signature before
-            key = repr(tf.nest.map_structure(_exact_key_of, (args, kwargs)))
-            r_args, r_kwargs = args, kwargs
-        entry = self._entries.get(key)
-        if entry is None:
-            with self._entry_lock:
-                entry = self._entries.get(key)
-                if entry is None:
-                    try:
-                        entry = self._build(r_args, r_kwargs)
-                    except Exception as exc:
-                        if self._pinned or r_args is args:
-                            raise
-                        # the Python function needs some dim static (a Keras layer
-                        # building its weights from the feature dim): trace with the
-                        # call's shapes, one compilation per shape
-                        warn_once(f"DISC: tracing {getattr(self, '__name__', 'a function')} "
-                                  f"with every dim dynamic failed ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0][:200]}); it is traced per shape "
-                                  "instead (pin the dynamic dims with input_signature)")
-                        self._static_keys.add(key)
-                        key = repr(tf.nest.map_structure(_exact_key_of, (args, kwargs)))
-                        entry = self._build(args, kwargs)
-                    self._entries[key] = entry
+        # the per-call fast path: positional tensors (and scalars) of a signature seen before
+        fast = None if kwargs else _fast_key(args)
+        if fast is not None and self._pinned and not self._fits_signature(args):
+            fast = None  # the general path raises TensorFlow's error for the mismatch
+        hit = self._fast.get(fast) if fast is not None else None
+        if hit is None:
+            entry, exact = self._entry_for(args, kwargs)
+        else:
+            entry, exact = hit[0], False
         if entry.rebuilt is None:
             start = time.perf_counter()
             out = self._tf(*args, **kwargs)
@@ -204,9 +189,17 @@ class DiscFunction:
                 self._after_call(entry, time.perf_counter() - start)
             return out
         cf = entry.original
-        bound = function_type_utils.canonicalize_function_inputs(args, kwargs,
-                                                                 cf.function_type)
-        flat = cf.function_type.unpack_inputs(bound)
+        if hit is not None:  # the flat inputs are the tensor arguments, in order
+            flat = [args[i] for i in hit[1]]
+        else:
+            bound = function_type_utils.canonicalize_function_inputs(args, kwargs,
+                                                                     cf.function_type)
+            flat = cf.function_type.unpack_inputs(bound)
+            if fast is not None and not exact:
+                tensors = [i for i, a in enumerate(args) if type(a) is EagerTensor]
+                if len(flat) == len(tensors) and all(
+                        f is args[i] for f, i in zip(flat, tensors)):
+                    self._fast[fast] = (entry, tensors)
         start = time.perf_counter()
         out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
         # the rebuilt function returns a flat list: restore the Python function's structure
@@ -215,10 +208,65 @@ class DiscFunction:
             self._after_call(entry, time.perf_counter() - start)
         return out
 
+    def _fits_signature(self, args: tuple[Any, ...]) -> bool:
+        """Whether these tensors (the fast path's arguments) fit the pinned signature."""
+        sig = self._signature
+        if sig is None or len(sig) != len(args):
+            return False
+        for a, (dtype, dims) in zip(args, sig):
+            if a.dtype != dtype:
+                return False
+            if dims is not None:
+                shape = a.shape.as_list()
+                if len(shape) != len(dims) or any(
+                        d is not None and d != n for d, n in zip(dims, shape)):
+                    return False
+        return True
+
+    def _entry_for(self, args: Any, kwargs: Any) -> tuple[_Entry, bool]:
+        """The traced signature for these arguments, traced and compiled on first sight;
+        and whether it is an exact-shape one (the function could not be traced relaxed)."""
+        r_args = tf.nest.map_structure(_relax, args)
+        r_kwargs = tf.nest.map_structure(_relax, kwargs)
+        key = repr(tf.nest.map_structure(_key_of, (r_args, r_kwargs)))
+        if self._pinned:  # the input_signature fixes the traced shapes
+            r_args, r_kwargs = args, kwargs
+        exact = key in self._static_keys
+        if exact:  # relaxing failed for this signature before
+            key = repr(tf.nest.map_structure(_exact_key_of, (args, kwargs)))
+            r_args, r_kwargs = args, kwargs
+        entry = self._entries.get(key)
+        if entry is not None:
+            return entry, exact
+        with self._entry_lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                return entry, exact
+            try:
+                entry = self._build(r_args, r_kwargs)
+            except Exception as exc:
+                if self._pinned or r_args is args:
+                    raise
+                # the Python function needs some dim static (a Keras layer building its
+                # weights from the feature dim): trace with the call's shapes, one
+                # compilation per shape
+                warn_once(f"DISC: tracing {getattr(self, '__name__', 'a function')} "
+                          f"with every dim dynamic failed ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200]}); it is traced per shape "
+                          "instead (pin the dynamic dims with input_signature)")
+                self._static_keys.add(key)
+                exact = True
+                key = repr(tf.nest.map_structure(_exact_key_of, (args, kwargs)))
+                entry = self._build(args, kwargs)
+            self._entries[key] = entry
+        return entry, exact
+
     def _after_call(self, entry: _Entry, seconds: float) -> None:
-        """Runtime failures and call counts recorded by the launch ops since last time
-        (of every function: this one may have called others inside its graph)."""
-        in_disc = poll()
+        """Per eager call: new runtime failures become warnings and report entries now, and
+        the graph's call is recorded with the time its fallback ops took (the call's time
+        less the time spent in DISC modules meanwhile, by this function or any it called).
+        Per-cluster call counts are gathered lazily, when a report is read."""
+        in_disc = _check_launches()
         if entry.recorder is not None:
             entry.recorder.graph_call(max(seconds - in_disc, 0.0))
 
@@ -309,6 +357,7 @@ class DiscFunction:
             entry.rebuilt = None
             return entry
         entry.launches = launches
+        _flush_cluster_calls()  # calls so far of a shared cluster key go to its old owner
         for launch in launches:
             _launch_owners[launch.key] = (recorder, launch.cluster_id,
                                           f"{len(launch.lowered.members)} ops of {name}")
@@ -450,33 +499,91 @@ def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: s
     warn_once(f"DISC: {what} runs in TensorFlow ({code.value}): {detail}")
 
 
-def poll() -> float:
-    """Turn what the launch ops recorded since the last poll into report entries: runtime
-    failures (with one warning each) and calls. Returns the seconds spent in DISC."""
+def _check_launches() -> float:
+    """Seconds spent in DISC modules since the last check (over every launch op); runtime
+    failures recorded meanwhile are turned into warnings and report entries now. One C
+    call per loaded op library: this runs after every eager call."""
     from . import custom_op
 
-    if not custom_op._loaded:  # noqa: SLF001
-        return 0.0
-    lib = _op_library()
-    for key, message in lib.take_failures():
-        owner = _launch_owners.get(key)
-        if owner is not None:
-            _fail(owner[0], owner[1], owner[2], ReasonCode.RUNTIME_ERROR, message)
-    in_disc = 0.0
-    for key, (recorder, cluster_id, _what) in list(_launch_owners.items()):
-        calls, _fallback, secs = lib.stats(key)
-        seen_calls, seen_secs = _seen.get(key, (0, 0.0))
-        if calls == seen_calls:
-            continue
-        _seen[key] = (calls, secs)
-        per_call = (secs - seen_secs) / (calls - seen_calls)
-        for _ in range(calls - seen_calls):
-            recorder.cluster_call(cluster_id, per_call)
-        in_disc += secs - seen_secs
-    return in_disc
+    libs = list(custom_op._loaded.values())  # noqa: SLF001
+    failures, seconds = 0, 0.0
+    for lib in libs:
+        f, secs = lib.totals()
+        failures += f
+        seconds += secs
+    with _totals_lock:
+        new_failures = failures != _totals_seen[0]
+        in_disc = seconds - _totals_seen[1]
+        _totals_seen[0], _totals_seen[1] = failures, seconds
+    if new_failures:
+        for lib in libs:
+            for key, message in lib.take_failures():
+                owner = _launch_owners.get(key)
+                if owner is not None:
+                    _fail(owner[0], owner[1], owner[2], ReasonCode.RUNTIME_ERROR, message)
+    return max(in_disc, 0.0)
+
+
+_totals_lock = threading.Lock()
+_totals_seen: list[Any] = [0, 0.0]  # failures and seconds in DISC at the last check
+
+
+def _flush_cluster_calls() -> None:
+    """Bring every cluster's call count and time in DISC, as the launch ops counted them,
+    into the report (run before a report is read, not per call)."""
+    from . import custom_op
+
+    libs = list(custom_op._loaded.values())  # noqa: SLF001
+    if not libs:
+        return
+    with _totals_lock:
+        for key, (recorder, cluster_id, _what) in list(_launch_owners.items()):
+            for lib in libs:
+                calls, _fallback, secs = lib.stats(key)
+                if calls:
+                    break
+            seen_calls, seen_secs = _seen.get(key, (0, 0.0))
+            if calls <= seen_calls:
+                continue
+            _seen[key] = (calls, secs)
+            per_call = (secs - seen_secs) / (calls - seen_calls)
+            for _ in range(calls - seen_calls):
+                recorder.cluster_call(cluster_id, per_call)
 
 
 _seen: dict[str, tuple[int, float]] = {}
+get_collector().add_flush_hook(_flush_cluster_calls)
+
+
+def _flat_signature(signature: Any) -> list[tuple[Any, list[Any] | None]] | None:
+    """(dtype, dims or None for any rank) per input of a flat signature of TensorSpecs (the
+    fast path's check); None for any other signature."""
+    if signature is None or not isinstance(signature, (list, tuple)):
+        return None
+    out = []
+    for spec in signature:
+        if type(spec) is not tf.TensorSpec:
+            return None
+        dims = spec.shape.as_list() if spec.shape.rank is not None else None
+        out.append((spec.dtype, dims))
+    return out
+
+
+def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A cheap signature key for positional arguments that are eager tensors or Python
+    scalars (what a training or serving loop passes); None sends the call down the general
+    path, which handles nested structures, arrays and keyword arguments."""
+    key: list[Any] = []
+    for a in args:
+        if type(a) is EagerTensor:
+            key.append((a.dtype, a.shape.rank))
+        elif type(a) in (int, float, bool, str, type(None)):
+            key.append((type(a), a))
+        else:
+            return None
+    return tuple(key)
+
+
 
 
 def _numpy_runner(launch: Launch, sub: Any, feeds: list[str], outs: list[str]

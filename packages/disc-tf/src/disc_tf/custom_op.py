@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,14 @@ class OpLibrary:
     path: Path
     module: Any  # what tf.load_op_library returned
     cdll: ctypes.CDLL
+    _failures: ctypes.c_int64 = field(default_factory=ctypes.c_int64)
+    _nanos: ctypes.c_int64 = field(default_factory=ctypes.c_int64)
+
+    def totals(self) -> tuple[int, float]:
+        """(runtime failures recorded so far, seconds spent in DISC modules so far), over
+        every cluster: one C call, cheap enough for every eager call."""
+        self.cdll.disc_tf_totals(ctypes.byref(self._failures), ctypes.byref(self._nanos))
+        return self._failures.value, 1e-9 * self._nanos.value
 
     def take_failures(self) -> list[tuple[str, str]]:
         """The (cluster key, message) runtime failures recorded since the last call."""

@@ -23,6 +23,7 @@ import copy
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from .files import write_report
@@ -114,6 +115,7 @@ class Collector:
         self._path: str | None = None
         self._atexit = False
         self._warned = False
+        self._flush_hooks: list[Callable[[], None]] = []
         if path is not None:
             self.configure(path)
 
@@ -148,11 +150,24 @@ class Collector:
             self._graphs.append(graph)
         return GraphRecorder(self, graph)
 
+    def add_flush_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` before every snapshot: a bridge whose launches count their calls
+        natively (not per call in Python) brings those counts in then."""
+        with self._lock:
+            if hook not in self._flush_hooks:
+                self._flush_hooks.append(hook)
+
     def report(self, framework: str | None = None) -> Report:
         """A snapshot (a deep copy: later recording does not change it).
 
         ``framework`` keeps only that framework's runs and graphs (the bridges' ``report()``).
         """
+        for hook in list(self._flush_hooks):
+            try:
+                hook()
+            except Exception as exc:  # never let reporting break the user's program
+                warnings.warn(f"DISC: bringing call counts into the report failed: "
+                              f"{type(exc).__name__}: {exc}", ReportWriteWarning, stacklevel=2)
         with self._lock:
             runs = [r for r in self._runs.values() if framework in (None, r.framework)]
             ids = {r.id for r in runs}

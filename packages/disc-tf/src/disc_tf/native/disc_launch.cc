@@ -54,6 +54,9 @@ struct Stats {
   double seconds = 0.0;
 };
 std::unordered_map<std::string, Stats> g_stats;
+// totals over every key, read on each eager call (one lock-free read, no map lookups)
+std::atomic<int64_t> g_failure_count{0};
+std::atomic<int64_t> g_disc_nanos{0};
 char g_nonnull[1];  // the address handed out for zero-size buffers
 
 void RecordFailure(const std::string &key, const std::string &message) {
@@ -63,6 +66,7 @@ void RecordFailure(const std::string &key, const std::string &message) {
   }
   std::lock_guard<std::mutex> lock(g_mu);
   g_failures += key + "\t" + clean + "\n";
+  g_failure_count.fetch_add(1);
 }
 
 struct AllocState {
@@ -135,8 +139,10 @@ class DiscLaunchOp : public AsyncOpKernel {
       } else {
         auto start = std::chrono::steady_clock::now();
         if (RunModule(ctx, &error)) {
-          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                            .count();
+          auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start).count();
+          double secs = 1e-9 * static_cast<double>(nanos);
+          g_disc_nanos.fetch_add(nanos);
           std::lock_guard<std::mutex> lock(g_mu);
           Stats &st = g_stats[key_];
           st.calls += 1;
@@ -314,6 +320,13 @@ int64_t disc_tf_stats(const char *key, int64_t *calls, int64_t *fallback_calls,
   *fallback_calls = it->second.fallback_calls;
   *seconds = it->second.seconds;
   return 1;
+}
+
+// Failure records queued so far and nanoseconds spent in DISC modules so far, over every
+// key: what an eager call checks (cheaply) to time its fallback ops and spot new failures.
+void disc_tf_totals(int64_t *failures, int64_t *disc_nanos) {
+  *failures = g_failure_count.load();
+  *disc_nanos = g_disc_nanos.load();
 }
 
 // Test hook: the next n module runs fail as if the module had reported an error.
