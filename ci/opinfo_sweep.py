@@ -1,12 +1,14 @@
 """PyTorch's own op test samples (OpInfo) through ``torch.compile(backend="disc")``.
 
-A third-party op suite for disc-torch: every OpInfo op with float32 CPU samples (random,
-linear-algebra and FFT ops aside) runs its first samples eagerly and through DISC, dynamic
-shapes on, forward and (``--grad``) input gradients. DISC may fall back; it may never give
+A third-party op suite for disc-torch: every OpInfo op with CPU samples of one dtype
+(``--dtype``: float32 by default, float64, int32, int64; random, linear-algebra and FFT ops
+aside) runs its first samples eagerly and through DISC, dynamic shapes on, forward and
+(``--grad``, floating dtypes) input gradients. DISC may fall back; it may never give
 a different result or raise where eager and dynamo's own ``eager`` backend do not.
 
     bash ci/test.sh -e opinfo                       # forward, then gradients
     python ci/opinfo_sweep.py --grad --ops trapz,split --min-cluster-size 1
+    python ci/opinfo_sweep.py --dtype int32
 
 Prints one line per op and a summary; writes the findings as JSON (``--output``); exits 1
 on any wrong result or DISC-only failure.
@@ -27,11 +29,15 @@ SKIP = ("rand", "normal", "uniform", "bernoulli", "dropout", "multinomial", "cau
         "nonzero_static", "sparse", "_refs", "jiterator", "svd", "eig", "lstsq", "pca",
         "lobpcg", "linalg", "cholesky", "lu", "qr", "inverse", "det", "solve", "pinv",
         "matrix_exp", "fft", "stft", "istft")
+#: sample dtypes and the (rtol, atol) a forward result is held to (integers: exact)
+DTYPES = {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7), "int32": (0, 0), "int64": (0, 0)}
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grad", action="store_true", help="also compare input gradients")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
+                   help="dtype of the samples (default float32)")
     p.add_argument("--samples", type=int, default=2, help="samples per op (default 2)")
     p.add_argument("--ops", default="", help="comma list of op names (default: all)")
     p.add_argument("--min-cluster-size", type=int, default=1,
@@ -69,9 +75,14 @@ def main() -> int:
     import disc_torch
 
     torch._dynamo.config.cache_size_limit = 64
+    dtype = getattr(torch, args.dtype)
+    rtol, atol = DTYPES[args.dtype]
+    if args.grad and not dtype.is_floating_point:
+        print(f"--grad needs a floating-point --dtype, not {args.dtype}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGALRM, _alarm)
     wanted = set(filter(None, args.ops.split(",")))
-    ops = [o for o in op_db if torch.float32 in o.supported_dtypes("cpu")
+    ops = [o for o in op_db if dtype in o.supported_dtypes("cpu")
            and not any(w in o.name for w in SKIP) and (not wanted or o.name in wanted)
            and (o.supports_autograd or not args.grad)]
     found: dict[str, list] = {"pass": [], "wrong": [], "disc_failure": [], "skipped": []}
@@ -79,7 +90,7 @@ def main() -> int:
     for o in ops:
         name = o.name + (f".{o.variant_test_name}" if o.variant_test_name else "")
         try:
-            samples = list(o.sample_inputs("cpu", torch.float32,
+            samples = list(o.sample_inputs("cpu", dtype,
                                            requires_grad=args.grad))[:args.samples]
         except Exception:
             continue
@@ -120,7 +131,7 @@ def main() -> int:
                 found["disc_failure"].append([tag, f"{type(exc).__name__}: {exc}"[:400]])
                 continue
             try:
-                torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4,
+                torch.testing.assert_close(got[0], want[0], rtol=rtol, atol=atol,
                                            equal_nan=True)
                 for g, w in zip(got[1] or (), want[1] or ()):
                     if g is not None or w is not None:
@@ -131,7 +142,8 @@ def main() -> int:
         print(f"{name}: {len(found['pass'])} pass, {len(found['wrong'])} wrong, "
               f"{len(found['disc_failure'])} DISC failures", flush=True)
     summary = {k: len(v) for k, v in found.items()}
-    print(f"summary ({'forward+grad' if args.grad else 'forward'}, {time.time() - start:.0f} s):"
+    print(f"summary ({args.dtype}, {'forward+grad' if args.grad else 'forward'}, "
+          f"{time.time() - start:.0f} s):"
           f" {summary}")
     for tag, detail in found["wrong"] + found["disc_failure"]:
         print(f"  {tag}: {detail.splitlines()[0] if detail else ''}")

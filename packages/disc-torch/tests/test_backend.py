@@ -423,3 +423,43 @@ def test_a_failed_partition_runs_the_graph_eagerly(monkeypatch):
     failed = fallbacks()
     assert any(code == "compile_error" and "partitioning" in detail
                for _, code, detail in failed), failed
+
+
+def test_parameter_views_are_reused_and_follow_every_kind_of_update():
+    """A cluster keeps the numpy views of its parameter arguments between calls; results
+    follow an in-place update (an optimizer step), a replaced ``.data`` of another shape
+    and storage, and a parameter made non-contiguous, exactly as eager does."""
+    from disc_torch.cluster import ClusterModule
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 5)
+    fn = disc_torch.optimize(lambda x: torch.relu(lin(x)) * 2.0, min_cluster_size=1)
+    kept: list[dict] = []
+    real = ClusterModule._inputs
+
+    def spy(self, args):
+        out = real(self, args)
+        kept.append(dict(self._param_views))
+        return out
+
+    ClusterModule._inputs = spy
+    try:
+        for n in (3, 1, 4):  # the same parameters every call: their views are reused
+            x = torch.randn(n, 6)
+            with torch.no_grad():
+                assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+        assert kept and len(kept[-1]) == 2  # weight and bias
+        assert all(kept[-1][i][3] is kept[-2][i][3] for i in kept[-1])
+        with torch.no_grad():
+            lin.weight.mul_(-0.5).add_(0.25)  # in place: same storage, the view sees it
+            x = torch.randn(7, 6)
+            assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            lin.bias.data = torch.randn(5) * 3  # new storage: a new view
+            assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            lin.weight.data = torch.randn(6, 5).t()  # same shape, transposed: not contiguous
+            assert not lin.weight.is_contiguous()
+            assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            lin.weight.data = lin.weight.data.contiguous()
+            assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+    finally:
+        ClusterModule._inputs = real

@@ -73,6 +73,8 @@ class ClusterModule(torch.nn.Module):
         #: arguments of the cluster itself; more may follow that only bind size symbols
         self.n_own = sum(1 for n in fallback.graph.nodes if n.op == "placeholder")
         self._build: Future | None = None
+        #: argument position -> (parameter, data_ptr, shape, its numpy view) from last call
+        self._param_views: dict[int, tuple[torch.Tensor, int, torch.Size, np.ndarray]] = {}
 
     def building(self, future: Future) -> None:
         """The background build that will attach the executable (or fail the cluster)."""
@@ -130,8 +132,31 @@ class ClusterModule(torch.nn.Module):
                 return self.fallback(*args[:self.n_own])
         return outs[0] if self._single else tuple(outs)
 
+    def _inputs(self, args: tuple[Any, ...]) -> list[np.ndarray]:
+        """The cluster's tensor arguments as numpy views (zero copy).
+
+        A model's parameters come back as the same objects every call, so their views are
+        kept and reused while the parameter still has the same storage pointer, shape and
+        contiguity (an optimizer's in-place update keeps all three and the view sees it;
+        ``p.data = ...`` or a resize makes a new view). Activations are converted afresh:
+        a kept view would keep their memory alive."""
+        arrays = []
+        views = self._param_views
+        for i in self._tensor_args:
+            t = args[i]
+            v = views.get(i)
+            if (v is not None and v[0] is t and t.data_ptr() == v[1] and t.shape == v[2]
+                    and t.is_contiguous()):
+                arrays.append(v[3])
+                continue
+            a = _as_numpy(t)
+            if type(t) is torch.nn.Parameter and t.is_contiguous():
+                views[i] = (t, t.data_ptr(), t.shape, a)
+            arrays.append(a)
+        return arrays
+
     def _run(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
-        arrays = [_as_numpy(args[i]) for i in self._tensor_args]
+        arrays = self._inputs(args)
         for _name, source in self._sources:
             arrays.append(np.empty((_symbol_value(source, args, self.n_own), 0), np.uint8))
         allocated: dict[int, torch.Tensor] = {}
