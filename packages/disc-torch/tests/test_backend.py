@@ -18,6 +18,7 @@ from helpers import assert_same, fallbacks
 
 import disc_torch
 from disc_core.report import ReasonCode
+from disc_torch.cluster import DiscFallbackWarning
 from disc_torch.config import DiscConfig
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -463,3 +464,23 @@ def test_parameter_views_are_reused_and_follow_every_kind_of_update():
             assert_same(fn(x), torch.relu(lin(x)) * 2.0)
     finally:
         ClusterModule._inputs = real
+
+
+def test_a_trace_that_fails_only_under_oblivious_sizes_is_retried():
+    """torch 2.13 fails to trace an integer tensor with an empty middle dim promoted to float
+    when sizes 0 and 1 are traced like other sizes (found by the OpInfo sweep at int64);
+    that call is traced again with torch's own 0/1 rules, with one warning, and later
+    calls of other shapes still work. A genuine error in the program still raises."""
+    fn = lambda t: torch.acos(t) * 2  # noqa: E731
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for shape in ((5, 0, 3), (2, 5, 3), (5, 0, 3), (1, 4, 2)):
+            x = torch.randint(-1, 2, shape)
+            assert_same(compiled(x), fn(x))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, DiscFallbackWarning)
+            and "sizes 0 and 1" in str(w.message)]
+    assert len(msgs) == 1, msgs
+    bad = disc_torch.optimize(lambda a: a @ a)
+    with pytest.raises(Exception, match="mat"):
+        bad(torch.randn(2, 3))

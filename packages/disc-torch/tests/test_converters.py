@@ -432,3 +432,28 @@ def test_avg_pool_ceil_mode_falls_back_with_a_reason():
     refused = {(op, detail) for op, _, detail in fallbacks()}
     for op in ("aten.avg_pool2d.default", "aten.avg_pool2d_backward.default"):
         assert (op, f"{op}: ceil_mode=True") in refused, refused
+
+
+def test_squeeze_of_a_dim_known_only_at_run_time_follows_each_call():
+    """Traced with 0 and 1 like other sizes, a squeeze cannot know whether a symbolic dim
+    is 1: such squeezes run in torch (the rank of the result follows each call, as in
+    eager), while squeezing a static 1 is compiled. Found by the OpInfo sweep: the result
+    kept every size-1 dim."""
+    fns = {
+        "all": lambda t: torch.squeeze_copy(t) * 2 + 1,
+        "one_dim": lambda t: t.squeeze(1).exp() + 0,
+        "dims": lambda t: t.squeeze((1, 3)) - 1,
+        "static": lambda t: (t.unsqueeze(-1) * 2).squeeze(-1).sum(0),
+    }
+    for name, fn in fns.items():
+        compiled = disc_torch.optimize(fn, min_cluster_size=1)
+        for shape in ((5, 1, 5, 1), (4, 3, 2, 6), (1, 1, 1, 1), (0, 1, 2, 1), (2, 1, 3, 1)):
+            x = torch.randn(shape, dtype=F64)
+            got, want = compiled(x), fn(x)
+            assert got.shape == want.shape, (name, shape, got.shape, want.shape)
+            assert_same(got, want)
+    refused = {(op, detail) for op, _, detail in fallbacks("aten.squeeze")}
+    assert any("known only at run time" in d for _, d in refused), refused
+    static = [n for g in disc_torch.report().graphs for n in g.nodes
+              if n.op.startswith("aten.squeeze") and n.status.value == "compiled"]
+    assert static, "squeezing a static size-1 dim should compile"

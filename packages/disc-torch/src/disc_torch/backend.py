@@ -120,6 +120,15 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
         fx_config.backed_size_oblivious, dynamo_config.specialize_float = previous
 
 
+def _trace_failures() -> tuple[type[BaseException], ...]:
+    import torch._dynamo.exc as dynamo_exc
+
+    return (dynamo_exc.TorchRuntimeError,)
+
+
+_TRACE_FAILURES = _trace_failures()
+
+
 def optimize(model_or_fn: Any, **options: Any) -> Any:
     """``torch.compile`` with the DISC backend and dynamic shapes; the one-line way in.
 
@@ -135,7 +144,17 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     @functools.wraps(model_or_fn if callable(model_or_fn) and not isinstance(
         model_or_fn, torch.nn.Module) else model_or_fn.forward)
     def run(*args: Any, **kwargs: Any) -> Any:
-        with tracing_config(config.specialize_floats):
+        try:
+            with tracing_config(config.specialize_floats):
+                return compiled(*args, **kwargs)
+        except _TRACE_FAILURES as exc:
+            # torch's own shape reasoning can fail where sizes 0 and 1 are treated like any
+            # other (torch 2.13: an integer tensor with an empty middle dim promoted to
+            # float); trace this call with torch's 0/1 rules instead, which costs one more
+            # graph for such shapes. A genuine error in the program raises again here.
+            warn_once(f"DISC: tracing with sizes 0 and 1 treated like other sizes failed "
+                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); that call "
+                      "is traced with torch's own rules for them")
             return compiled(*args, **kwargs)
 
     if isinstance(model_or_fn, torch.nn.Module):

@@ -22,11 +22,32 @@ aten = torch.ops.aten
 BIG = 2 ** 62  # torch writes "to the end" as INT64_MAX
 
 
+def _squeeze_check(node):
+    """A squeeze drops exactly the size-1 dims among its candidates, decided by the sizes
+    of each call. Traced with sizes 0 and 1 like any other size, a symbolic candidate was
+    kept (assumed not 1), which is wrong whenever it is 1 at run time: only static
+    candidates are compiled; the rest runs in torch, which squeezes what the call has."""
+    shape = node.args[0].meta["val"].shape
+    if node.target is aten.squeeze.default:
+        dims = range(len(shape))
+    else:
+        dims = node.args[1] if node.target is aten.squeeze.dims else [node.args[1]]
+    rank = max(len(shape), 1)
+    if any(not isinstance(shape[d % rank], int) for d in dims if len(shape)):
+        return "squeeze of a dim whose size is known only at run time (it may be 1)"
+    return None
+
+
+@converter(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, dtypes=ALL_DTYPES,
+           check=_squeeze_check)
+def squeeze(ctx, node):
+    return ctx.reshape(ctx.value(node.args[0]), ctx.shape(node))
+
+
 @converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-           aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
-           aten.alias.default, aten.clone.default, aten.lift_fresh_copy.default,
-           aten.detach.default, aten.contiguous.default, aten.flatten.using_ints,
-           aten._reshape_alias.default, dtypes=ALL_DTYPES)
+           aten.unsqueeze.default, aten.alias.default, aten.clone.default,
+           aten.lift_fresh_copy.default, aten.detach.default, aten.contiguous.default,
+           aten.flatten.using_ints, aten._reshape_alias.default, dtypes=ALL_DTYPES)
 def reshape(ctx, node):
     return ctx.reshape(ctx.value(node.args[0]), ctx.shape(node))
 
