@@ -584,8 +584,6 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return tuple(key)
 
 
-
-
 def _numpy_runner(launch: Launch, sub: Any, feeds: list[str], outs: list[str]
                   ) -> Callable[..., Any]:
     """The Python function a numpy_function launch calls: the executable, and on any

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.exc import TorchRuntimeError
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -120,15 +121,6 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
         fx_config.backed_size_oblivious, dynamo_config.specialize_float = previous
 
 
-def _trace_failures() -> tuple[type[BaseException], ...]:
-    import torch._dynamo.exc as dynamo_exc
-
-    return (dynamo_exc.TorchRuntimeError,)
-
-
-_TRACE_FAILURES = _trace_failures()
-
-
 def optimize(model_or_fn: Any, **options: Any) -> Any:
     """``torch.compile`` with the DISC backend and dynamic shapes; the one-line way in.
 
@@ -147,7 +139,7 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
         try:
             with tracing_config(config.specialize_floats):
                 return compiled(*args, **kwargs)
-        except _TRACE_FAILURES as exc:
+        except TorchRuntimeError as exc:
             # torch's own shape reasoning can fail where sizes 0 and 1 are treated like any
             # other (torch 2.13: an integer tensor with an empty middle dim promoted to
             # float); trace this call with torch's 0/1 rules instead, which costs one more

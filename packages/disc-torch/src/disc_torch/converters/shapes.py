@@ -28,22 +28,19 @@ def _squeeze_check(node):
     kept (assumed not 1), which is wrong whenever it is 1 at run time: only static
     candidates are compiled; the rest runs in torch, which squeezes what the call has."""
     shape = node.args[0].meta["val"].shape
+    if not shape:
+        return None
     if node.target is aten.squeeze.default:
         dims = range(len(shape))
     else:
         dims = node.args[1] if node.target is aten.squeeze.dims else [node.args[1]]
-    rank = max(len(shape), 1)
-    if any(not isinstance(shape[d % rank], int) for d in dims if len(shape)):
+    if any(not isinstance(shape[d % len(shape)], int) for d in dims):
         return "squeeze of a dim whose size is known only at run time (it may be 1)"
     return None
 
 
 @converter(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, dtypes=ALL_DTYPES,
            check=_squeeze_check)
-def squeeze(ctx, node):
-    return ctx.reshape(ctx.value(node.args[0]), ctx.shape(node))
-
-
 @converter(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
            aten.unsqueeze.default, aten.alias.default, aten.clone.default,
            aten.lift_fresh_copy.default, aten.detach.default, aten.contiguous.default,
