@@ -9,6 +9,7 @@ import ctypes.util
 import subprocess
 import sys
 
+import pytest
 from disc_runtime_testkit import subprocess_env
 
 from disc_runtime import native
@@ -34,11 +35,57 @@ def test_blas_thread_setter_sets_the_calling_threads_count() -> None:
         setter(previous)
 
 
-def test_blas_functions_unpack_into_three_addresses() -> None:
-    """disc-tf's custom_op.py unpacks ``blas_functions()`` into three addresses."""
-    sgemm, dgemm, local = native.blas_functions()
+def test_blas_functions_unpack_into_four_addresses() -> None:
+    """disc-tf's custom_op.py unpacks ``blas_functions()`` into four addresses."""
+    sgemm, dgemm, local, rowmajor = native.blas_functions()
     fns = native.blas_functions()
-    assert (sgemm, dgemm, local) == (fns.sgemm, fns.dgemm, fns.set_num_threads_local)
+    assert (sgemm, dgemm, local, rowmajor) == (fns.sgemm, fns.dgemm, fns.set_num_threads_local,
+                                               fns.sgemm_rowmajor)
+
+
+_ONEDNN_CHOICE = """
+import sys
+from disc_runtime import native
+native._onednn_sgemm = lambda: 4096  # stands in for an installed oneDNN's dnnl_sgemm
+if sys.argv[1] == "prefer":
+    native.use_blas_library(sys.argv[2])
+print(native.blas_functions().sgemm_rowmajor)
+"""
+
+
+@pytest.mark.parametrize("how, expected", [("default", "4096"), ("prefer", "0"),
+                                           ("override", "0")])
+def test_onednn_takes_f32_gemms_only_beside_numpys_openblas(how, expected) -> None:
+    """oneDNN joins numpy's OpenBLAS (which keeps f64); a bridge's own BLAS or
+    ``DISC_BLAS_LIB`` is used alone, so either turns oneDNN off."""
+    env = subprocess_env()
+    env.pop("DISC_BLAS_LIB", None)
+    if how == "override":
+        env["DISC_BLAS_LIB"] = _openblas_path()
+    r = subprocess.run([sys.executable, "-c", _ONEDNN_CHOICE, how, _openblas_path()],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [expected]
+
+
+def test_onednn_library_is_found_through_its_distribution(monkeypatch, tmp_path) -> None:
+    from importlib import metadata
+
+    lib = tmp_path / "lib" / "libdnnl.so.3"
+
+    class Dist:
+        files = [metadata.PackagePath("../../lib/README"), metadata.PackagePath("x")]
+
+    path = metadata.PackagePath("../../lib/libdnnl.so.3")
+    path.locate = lambda: lib  # type: ignore[method-assign]
+    Dist.files.insert(1, path)
+    monkeypatch.setattr(metadata, "distribution",
+                        lambda name: Dist() if name == "onednn-cpu-gomp" else
+                        (_ for _ in ()).throw(metadata.PackageNotFoundError(name)))
+    assert native.onednn_library() == str(lib)
+    monkeypatch.setattr(native, "ONEDNN_DISTRIBUTIONS", ("not-installed",))
+    assert native.onednn_library() is None
+    assert native._onednn_sgemm() == 0
 
 
 def test_no_blas_library_gives_zeros(tmp_path) -> None:
@@ -51,7 +98,7 @@ def test_no_blas_library_gives_zeros(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["(0,", "0,", "0)", "0"]
+    assert r.stdout.split() == ["(0,", "0,", "0,", "0)", "0"]
 
 
 def _openblas_path() -> str:

@@ -162,9 +162,9 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
         cdll.disc_tf_stats.restype = ctypes.c_int64
         from disc_runtime import native
 
-        sgemm, dgemm, local = native.blas_functions()
-        cdll.disc_tf_set_blas(ctypes.c_void_p(sgemm or None), ctypes.c_void_p(dgemm or None),
-                              ctypes.c_void_p(local or None))
+        fns = native.blas_functions()
+        cdll.disc_tf_set_blas(*(ctypes.c_void_p(f or None) for f in (
+            fns.sgemm, fns.dgemm, fns.set_num_threads_local, fns.sgemm_rowmajor)))
         lib = OpLibrary(target, module, cdll)
         _loaded[target] = lib
         return lib

@@ -110,6 +110,10 @@ typedef void (*disc_dgemm_fn)(const char *, const char *, const int64_t *, const
                               const int64_t *, const double *, const double *,
                               const int64_t *, const double *, const int64_t *,
                               const double *, double *, const int64_t *, size_t, size_t);
+/* row-major f32 GEMM with oneDNN's dnnl_sgemm signature (disc_env.sgemm_rowmajor) */
+typedef int (*disc_sgemm_rowmajor_fn)(char, char, int64_t, int64_t, int64_t, float,
+                                      const float *, int64_t, const float *, int64_t, float,
+                                      float *, int64_t);
 
 #ifdef DISC_LIBMVEC
 /* glibc's vector math library: lets loops calling these vectorize (declared simd only
@@ -1222,6 +1226,8 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
         f"    const {t} *A = (const {t} *){ptr(lhs)}; const {t} *Bm = (const {t} *){ptr(rhs)};",
         f"    {t} *Cm = ({t} *){ptr(res)};",
         f"    if (!env->{fn}) DISC_FAIL(\"no BLAS {fn} was provided to this module\");",
+        *(["    const disc_sgemm_rowmajor_fn rowmajor = "
+           "(disc_sgemm_rowmajor_fn)env->sgemm_rowmajor;"] if dt is DType.F32 else []),
         "    if (M > 0 && N > 0 && K == 0) memset(Cm, 0, (size_t)(B*M*N) * sizeof(*Cm));",
         "    if (M > 0 && N > 0 && K > 0) {",
         "      /* GEMMs run on this module's OpenMP team, one BLAS thread per member: batches",
@@ -1244,6 +1250,11 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
         f"        const int64_t mb = m1 - m0, nb = n1 - n0, lda = {lda}, ldb = {ldb};",
         f"        const {t} one = 1, zero = 0;",
         "        if (mb > 0 && nb > 0)",
+        *(["          if (rowmajor) for (int64_t b = b0; b < b1; ++b)",
+           f"            rowmajor('{'N' if ta == 111 else 'T'}', '{'N' if tb == 111 else 'T'}', "
+           f"mb, nb, K, 1.0f, A + b*M*K + {a_row}, lda, Bm + b*K*N + {b_col}, ldb, 0.0f, "
+           "Cm + b*M*N + m0*N + n0, N);",
+           "          else"] if dt is DType.F32 else []),
         "          for (int64_t b = b0; b < b1; ++b)",
         f"            ((disc_{fn}_fn)env->{fn})(\"{'N' if tb == 111 else 'T'}\", "
         f"\"{'N' if ta == 111 else 'T'}\", &nb, &mb, &K, &one, Bm + b*K*N + {b_col}, &ldb, "

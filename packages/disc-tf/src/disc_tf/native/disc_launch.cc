@@ -48,7 +48,7 @@ typedef int64_t (*disc_abi_fn)(void);
 std::mutex g_mu;
 std::string g_failures;                  // "key\tmessage\n" records not yet taken
 std::atomic<int64_t> g_inject{0};        // test hook: fail this many next runs
-void *g_sgemm = nullptr, *g_dgemm = nullptr, *g_blas_local = nullptr;
+void *g_sgemm = nullptr, *g_dgemm = nullptr, *g_blas_local = nullptr, *g_sgemm_rm = nullptr;
 struct Stats {
   int64_t calls = 0, fallback_calls = 0;
   double seconds = 0.0;
@@ -194,6 +194,7 @@ class DiscLaunchOp : public AsyncOpKernel {
     env.dgemm = g_dgemm;
     env.counters = nullptr;
     env.blas_threads_local = reinterpret_cast<int (*)(int)>(g_blas_local);
+    env.sgemm_rowmajor = g_sgemm_rm;
     char err[512] = {0};
     int64_t rc = run_(data.data(), dims.data(), n, &env, err, sizeof(err));
     if (!state.error.empty()) {
@@ -290,11 +291,13 @@ REGISTER_KERNEL_BUILDER(Name("DiscLaunch").Device(tensorflow::DEVICE_CPU), DiscL
 
 extern "C" {
 
-// The BLAS entry points modules call (found by disc_runtime in numpy's OpenBLAS).
-void disc_tf_set_blas(void *sgemm, void *dgemm, void *threads_local) {
+// The BLAS entry points modules call (disc_runtime.native.blas_functions: numpy's
+// OpenBLAS, and oneDNN's row-major sgemm when it is installed).
+void disc_tf_set_blas(void *sgemm, void *dgemm, void *threads_local, void *sgemm_rowmajor) {
   g_sgemm = sgemm;
   g_dgemm = dgemm;
   g_blas_local = threads_local;
+  g_sgemm_rm = sgemm_rowmajor;
 }
 
 // Copies the queued failure records ("key\tmessage\n"...) into buf and clears the queue;

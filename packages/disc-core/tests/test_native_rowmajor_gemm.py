@@ -1,0 +1,119 @@
+"""f32 GEMMs of a native module go to ``disc_env.sgemm_rowmajor`` (oneDNN's ``dnnl_sgemm``
+signature) when the runtime provides one. The row-major GEMM here is a Python stand-in that
+computes with numpy from the raw pointers and strides it is given, so every layout, thread
+split and batch offset the module passes is checked against the reference interpreter
+whether or not oneDNN is installed (disc-tf's suite runs the real one)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+from disc_core import Compiler, GraphBuilder, interpret
+from disc_runtime import CompileCache, native
+
+i64, f32, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+ROWMAJOR = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char, ctypes.c_char, i64, i64, i64, f32, vp,
+                            i64, vp, i64, f32, vp, i64)
+RNG = np.random.default_rng(7)
+
+
+def _matrix(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
+    """The row-major rows x cols matrix at ``ptr`` with leading dimension ``ld``."""
+    n = (rows - 1) * ld + cols
+    flat = np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
+    return np.lib.stride_tricks.as_strided(flat, (rows, cols), (ld * 4, 4))
+
+
+class FakeRowMajorGemm:
+    """C = alpha op(A) op(B) + beta C in numpy, recording every call's (transa, transb, M,
+    N, K); beta = 0 must not read C, so C is overwritten rather than scaled then."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, int, int]] = []
+        self.lock = threading.Lock()
+        self.fn = ROWMAJOR(self)
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
+
+    def __call__(self, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> int:
+        ta, tb = ta.decode(), tb.decode()
+        with self.lock:
+            self.calls.append((ta, tb, m, n, k))
+        opa = _matrix(a, m, k, lda) if ta == "N" else _matrix(a, k, m, lda).T
+        opb = _matrix(b, k, n, ldb) if tb == "N" else _matrix(b, n, k, ldb).T
+        out = _matrix(c, m, n, ldc)
+        prod = alpha * (opa.astype(np.float64) @ opb.astype(np.float64))
+        out[...] = prod if beta == 0 else prod + beta * out
+        return 0
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    gemm = FakeRowMajorGemm()
+    real = native.blas_functions()
+    monkeypatch.setattr(native, "blas_functions",
+                        lambda: real._replace(sgemm_rowmajor=gemm.address))
+    return gemm, Compiler(CompileCache(tmp_path / "cache"), target="native")
+
+
+def _run(compiler, graph, inputs):
+    exe = compiler.compile(graph)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    got = exe.run(inputs)
+    for g, w in zip(got, interpret(graph, inputs)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lhs_t, rhs_t", [(False, False), (False, True), (True, False),
+                                          (True, True)])
+def test_every_transpose_combination_and_thread_split(fake, lhs_t, rhs_t) -> None:
+    gemm, compiler = fake
+    b = GraphBuilder(f"rm_{lhs_t}_{rhs_t}")
+    M, N, K = b.symbol("M"), b.symbol("N"), b.symbol("K")
+    x = b.input("x", "f32", [K, M] if lhs_t else [M, K])
+    w = b.input("w", "f32", [N, K] if rhs_t else [K, N])
+    y = b.dot_general(x, w, lhs_batch=[], rhs_batch=[], lhs_contract=[0 if lhs_t else 1],
+                      rhs_contract=[1 if rhs_t else 0])
+    g = b.build(b.tanh(y))
+    # small (one thread), split by rows (M >= N), split by columns, empty and unit sizes
+    for m, n, k in [(3, 5, 7), (200, 40, 64), (40, 200, 64), (0, 4, 3), (1, 1, 1), (5, 3, 0)]:
+        before = len(gemm.calls)
+        xs = RNG.standard_normal((k, m) if lhs_t else (m, k)).astype(np.float32)
+        ws = RNG.standard_normal((n, k) if rhs_t else (k, n)).astype(np.float32)
+        _run(compiler, g, [xs, ws])
+        made = gemm.calls[before:]
+        if m and n and k:
+            assert made, "an f32 GEMM did not reach the row-major GEMM"
+            assert {c[:2] for c in made} == {("T" if lhs_t else "N", "T" if rhs_t else "N")}
+            assert sum(c[2] * c[3] for c in made) == m * n  # the blocks tile C exactly
+        else:
+            assert not made  # empty products are handled by the module (zeros or nothing)
+
+
+def test_batched_gemm_offsets_every_batch(fake) -> None:
+    gemm, compiler = fake
+    b = GraphBuilder("rm_bmm")
+    B, M, N, K = (b.symbol(n) for n in "BMNK")
+    q, k = b.input("q", "f32", [B, M, K]), b.input("k", "f32", [B, N, K])
+    g = b.build(b.dot_general(q, k, lhs_batch=[0], rhs_batch=[0], lhs_contract=[2],
+                              rhs_contract=[2]))
+    for bb, m, n, kk in [(3, 4, 5, 6), (1, 1, 1, 1), (5, 33, 17, 9)]:
+        before = len(gemm.calls)
+        _run(compiler, g, [RNG.standard_normal((bb, m, kk)).astype(np.float32),
+                           RNG.standard_normal((bb, n, kk)).astype(np.float32)])
+        assert len(gemm.calls) - before == bb  # one call per batch, each at its own offset
+
+
+def test_f64_gemms_keep_the_fortran_blas(fake) -> None:
+    gemm, compiler = fake
+    b = GraphBuilder("rm_f64")
+    M, K = b.symbol("M"), b.symbol("K")
+    x, w = b.input("x", "f64", [M, K]), b.input("w", "f64", [K, 6])
+    g = b.build(b.dot_general(x, w, lhs_batch=[], rhs_batch=[], lhs_contract=[1],
+                              rhs_contract=[0]))
+    _run(compiler, g, [RNG.standard_normal((9, 4)), RNG.standard_normal((4, 6))])
+    assert gemm.calls == []
