@@ -971,6 +971,36 @@ def test_scatter_add_and_scatter_elements_add(compiler) -> None:
                             RNG.integers(0, 3, (n, 1)).astype(np.int32), randn(n, 1)])
 
 
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_large_scatters_split_rows_only_where_rows_are_disjoint(compiler, axis) -> None:
+    """Above the parallel threshold a scatter whose axis is not 0 adds one row per thread
+    (max pooling's backward); an axis-0 scatter, where updates from every row may hit the
+    same target, must still sum every duplicate. Many duplicates per target here."""
+    b = GraphBuilder(f"big_scatter{axis}")
+    R, C, D = b.symbol("R"), b.symbol("C"), b.symbol("D")
+    x = b.input("x", "f32", [R, C, D])
+    shape = [R, C, D]
+    shape[axis] = b.symbol("K")
+    tgt, upd = b.input("tgt", "i64", shape), b.input("upd", "f32", shape)
+    elems = b.scatter_elements_add(x, tgt, upd, axis=axis)
+    table = b.input("table", "f32", [R, D])
+    ids = b.input("ids", "i32", [R, C])
+    # per-row embedding-style gradient: row r of the table gets row r's updates
+    rows = b.scatter_add(table, ids, b.input("u2", "f32", [R, C]), axis=1, batch_dims=1)
+    g = b.build(elems, rows)
+    for r, c, d, k in [(64, 16, 40, 5), (3, 1, 2, 1), (40, 70, 30, 90), (5, 4, 4, 0)]:
+        xs = [r, c, d]
+        us = list(xs)
+        us[axis] = k
+        n = xs[axis]
+        exe = check(compiler, g, [randn(r, c, d),
+                                  RNG.integers(0, max(n // 4, 1), us).astype(np.int64),
+                                  randn(*us), randn(r, d),
+                                  RNG.integers(0, d, (r, c)).astype(np.int32),
+                                  randn(r, c)], rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"scattercall": 2}
+
+
 def test_launch_counts_include_gemms_and_scatter_loops(compiler) -> None:
     """What a coverage report shows per cluster: generated code (fused kernels, the serial
     scatter loop) as kernels and each GEMM as a library call, never left out."""

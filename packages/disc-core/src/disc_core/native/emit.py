@@ -1267,23 +1267,19 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
 
 
 def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
-    """result = operand, then every update added at its (clamped) target, serially."""
+    """result = operand, then every update added at its (clamped) target.
+
+    The copy of operand into result splits across the module's OpenMP team. Updates whose
+    outermost dim also indexes the result's outermost dim (any scatter axis but 0, e.g. max
+    pooling's backward, one row per channel) write disjoint rows, so their rows split
+    across the team too; an axis-0 scatter (an embedding gradient: any row may be hit by
+    several updates) adds serially. Nested loops keep index arithmetic free of divisions.
+    """
     x, idx, upd = op.operands
     res = op.results[0]
     t, it = ctype(res.dtype), ctype(idx.dtype)
     axis = op.attrs["axis"]
     ushape = upd.shape
-    lines = ["  {",
-             f"    const {t} *X = (const {t} *){ptr(x)}; const {it} *I = (const {it} *){ptr(idx)};",
-             f"    const {t} *U = (const {t} *){ptr(upd)}; {t} *Y = ({t} *){ptr(res)};",
-             f"    if ((void *)Y != (void *)X) memcpy(Y, X, (size_t)({syms.c(product(x.shape))})"
-             f" * sizeof({t}));",
-             f"    const int64_t total = {syms.c(product(ushape))};",
-             "    for (int64_t u = 0; u < total; ++u) {",
-             "      int64_t rem = u;"]
-    for d in range(len(ushape) - 1, -1, -1):
-        lines.append(f"      const int64_t u{d} = rem % {syms.c(ushape[d])}; "
-                     f"rem /= {syms.c(ushape[d])};")
     if op.name == "scatter_add":
         bd = op.attrs["batch_dims"]
         q = idx.rank - bd
@@ -1295,12 +1291,34 @@ def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
         xdims = [f"u{j}" if j != axis else "tgt" for j in range(x.rank)]
     ioff = " + ".join(f"{d}*{syms.c(s)}" for d, s in zip(idims, _strides(idx.shape))) or "0"
     xoff = " + ".join(f"{d}*{syms.c(s)}" for d, s in zip(xdims, _strides(x.shape))) or "0"
-    lines += [f"      const int64_t tgt = disc_clampi((int64_t)I[{ioff}], "
+    uoff = " + ".join(f"u{d}*{syms.c(s)}" for d, s in enumerate(_strides(ushape))) or "0"
+    rows_apart = bool(ushape) and xdims[0] == "u0"
+    lines = ["  {",
+             f"    const {t} *X = (const {t} *){ptr(x)}; const {it} *I = (const {it} *){ptr(idx)};",
+             f"    const {t} *U = (const {t} *){ptr(upd)}; {t} *Y = ({t} *){ptr(res)};",
+             f"    const int64_t xn = {syms.c(product(x.shape))}, "
+             f"un = {syms.c(product(ushape))};",
+             f"    #pragma omp parallel if (xn + un >= {PAR_MIN})",
+             "    {",
+             "      if ((void *)Y != (void *)X) {",
+             "        const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
+             "        const int64_t lo = xn * tid / T, hi = xn * (tid + 1) / T;",
+             f"        if (hi > lo) memcpy(Y + lo, X + lo, (size_t)(hi - lo) * sizeof({t}));",
+             "      }",
+             "      #pragma omp barrier",
+             "      #pragma omp for schedule(static)" if rows_apart else "      #pragma omp single",
+             "      {" if not rows_apart else ""]
+    for d, e in enumerate(ushape):
+        lines.append(f"      for (int64_t u{d} = 0; u{d} < {syms.c(e)}; ++u{d})")
+    lines += ["      {",
+              f"        const int64_t tgt = disc_clampi((int64_t)I[{ioff}], "
               f"{syms.c(x.shape[axis] - 1)});",
-              f"      Y[{xoff}] += U[u];",
+              f"        Y[{xoff}] += U[{uoff}];",
+              "      }",
+              "      }" if not rows_apart else "",
               "    }",
               "  }"]
-    return lines
+    return [line for line in lines if line]
 
 
 def _emit_scan(op: Op, ptr, syms: _Symbols) -> list[str]:
