@@ -9,8 +9,10 @@ once (the *first pass*: tracing and compilation included, as a user sees it), th
 steady state is timed in interleaved rounds over a few shapes of the stream (per round, shape
 and contender one untimed call, then ``--repeat`` timed calls back to back; median per
 shape, then the median of the per-shape ratios). DISC's first pass starts from an empty
-compile cache; it is then repeated with a warm disk cache after dropping every in-memory
-cache (dynamo's and DISC's), as a new process of a deployed job would see it. Every
+compile cache, and so does Inductor's (a fresh TORCHINDUCTOR_CACHE_DIR: a warm Inductor
+cache left in $TMPDIR by an earlier run would make its first pass several times shorter than
+a new machine's); DISC's is then repeated with a warm disk cache after dropping every
+in-memory cache (dynamo's and DISC's), as a new process of a deployed job would see it. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
 Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
@@ -202,6 +204,8 @@ def targets(row: dict[str, Any]) -> list[str]:
 def main() -> int:
     cache = tempfile.mkdtemp(prefix="disc-bench-cache-")
     os.environ["DISC_CACHE_DIR"] = cache  # cold: DISC compiles everything in this run
+    # cold for Inductor too (read whenever Inductor looks up a cache path)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-cache-")
     rows = []
     for m in ARGS.models.split(","):
         for mode in ARGS.modes.split(","):
