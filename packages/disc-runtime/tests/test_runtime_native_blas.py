@@ -72,16 +72,18 @@ def test_onednn_library_is_found_through_its_distribution(monkeypatch, tmp_path)
     from importlib import metadata
 
     lib = tmp_path / "lib" / "libdnnl.so.3"
+    target = metadata.PackagePath("../../lib/libdnnl.so.3")
+    target.locate = lambda: lib  # type: ignore[method-assign]
 
     class Dist:
-        files = [metadata.PackagePath("../../lib/README"), metadata.PackagePath("x")]
+        files = [metadata.PackagePath("../../lib/README"), target, metadata.PackagePath("x")]
 
-    path = metadata.PackagePath("../../lib/libdnnl.so.3")
-    path.locate = lambda: lib  # type: ignore[method-assign]
-    Dist.files.insert(1, path)
-    monkeypatch.setattr(metadata, "distribution",
-                        lambda name: Dist() if name == "onednn-cpu-gomp" else
-                        (_ for _ in ()).throw(metadata.PackageNotFoundError(name)))
+    def distribution(name: str) -> Dist:
+        if name != "onednn-cpu-gomp":
+            raise metadata.PackageNotFoundError(name)
+        return Dist()
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
     assert native.onednn_library() == str(lib)
     monkeypatch.setattr(native, "ONEDNN_DISTRIBUTIONS", ("not-installed",))
     assert native.onednn_library() is None

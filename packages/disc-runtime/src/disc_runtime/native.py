@@ -163,6 +163,16 @@ def use_blas_library(path: str | os.PathLike[str]) -> BlasFunctions:
     return found
 
 
+def _symbol_address(lib: Any, name: str) -> int:
+    """Address of ``name`` in the ctypes library ``lib``, 0 when it does not export it."""
+    import ctypes
+
+    try:
+        return int(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0)
+    except AttributeError:
+        return 0
+
+
 def _load_blas(path: str) -> BlasFunctions | None:
     import ctypes
 
@@ -172,10 +182,7 @@ def _load_blas(path: str) -> BlasFunctions | None:
         return None
 
     def address(name: str) -> int:
-        try:
-            return int(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0)
-        except AttributeError:
-            return 0
+        return _symbol_address(lib, name)
 
     for sname, dname in GEMM_SYMBOLS:
         s, d = address(sname), address(dname)
@@ -209,9 +216,13 @@ def _onednn_sgemm() -> int:
     if path is None:
         return 0
     try:
-        return int(ctypes.cast(ctypes.CDLL(path).dnnl_sgemm, ctypes.c_void_p).value or 0)
-    except (OSError, AttributeError):
+        return _symbol_address(ctypes.CDLL(path), "dnnl_sgemm")
+    except OSError:
         return 0
+
+
+def _first_blas(paths: list[str]) -> BlasFunctions | None:
+    return next((found for found in map(_load_blas, paths) if found is not None), None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -235,14 +246,12 @@ def blas_functions() -> BlasFunctions:
     np_dir = os.path.dirname(np.__file__)
     fallback = sorted(glob.glob(os.path.join(np_dir, os.pardir, "numpy.libs",
                                              "libscipy_openblas64_*.so")))
-    for path in chosen:
-        found = _load_blas(path)
-        if found is not None:
-            return found
-    for path in fallback:
-        found = _load_blas(path)
-        if found is not None:
-            return found._replace(sgemm_rowmajor=_onednn_sgemm())
+    found = _first_blas(chosen)
+    if found is not None:
+        return found
+    found = _first_blas(fallback)
+    if found is not None:
+        return found._replace(sgemm_rowmajor=_onednn_sgemm())
     return BlasFunctions(0, 0, 0)
 
 

@@ -1305,20 +1305,19 @@ def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
              "        const int64_t lo = xn * tid / T, hi = xn * (tid + 1) / T;",
              f"        if (hi > lo) memcpy(Y + lo, X + lo, (size_t)(hi - lo) * sizeof({t}));",
              "      }",
-             "      #pragma omp barrier",
-             "      #pragma omp for schedule(static)" if rows_apart else "      #pragma omp single",
-             "      {" if not rows_apart else ""]
+             "      #pragma omp barrier"]
+    # one thread per block of rows, or a single thread for every update
+    lines += (["      #pragma omp for schedule(static)"] if rows_apart else
+              ["      #pragma omp single", "      {"])
     for d, e in enumerate(ushape):
         lines.append(f"      for (int64_t u{d} = 0; u{d} < {syms.c(e)}; ++u{d})")
     lines += ["      {",
               f"        const int64_t tgt = disc_clampi((int64_t)I[{ioff}], "
               f"{syms.c(x.shape[axis] - 1)});",
               f"        Y[{xoff}] += U[{uoff}];",
-              "      }",
-              "      }" if not rows_apart else "",
-              "    }",
-              "  }"]
-    return [line for line in lines if line]
+              "      }"]
+    lines += [] if rows_apart else ["      }"]
+    return lines + ["    }", "  }"]
 
 
 def _emit_scan(op: Op, ptr, syms: _Symbols) -> list[str]:
