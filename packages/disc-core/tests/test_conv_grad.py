@@ -212,3 +212,52 @@ def test_patch_matrix_is_one_gather_for_symbolic_kernel_and_result(compiler) -> 
     ops = [k["ops"] for k in exe.artifact.metadata["native"]["kernels"]]
     assert sum("gather" in o for o in ops) == 1, ops
     assert not any("concatenate" in o or "slice" in o for o in ops), ops  # groups: slices
+
+
+@pytest.mark.parametrize("dims, kernel, dilation, padding, groups, layouts", [
+    # the input gradient of a 3x3 stride-2 conv (padding 1): four phases of 1-2 taps each
+    (2, (3, 3), (2, 2), [[1, 2], [1, 2]], 1, ("NCHW", "OIHW", "NCHW")),
+    # a 1x1 stride-2 conv's input gradient: three of four phases have no taps (zeros)
+    (2, (1, 1), (2, 2), [[0, 1], [0, 1]], 1, ("NCHW", "OIHW", "NCHW")),
+    # a transposed conv: stride 3 in one dim only, kernel longer than the stride,
+    # channels last, feature groups
+    (2, (5, 2), (3, 1), [[4, 4], [1, 0]], 2, ("NHWC", "HWIO", "NHWC")),
+    # negative padding (cropping) and 1-D
+    (1, (4,), (2,), [[-1, 2]], 1, ("NCW", "OIW", "NCW")),
+    # 3-D, mixed strides
+    (3, (3, 2, 3), (2, 1, 3), [[2, 1], [1, 1], [0, 2]], 1, ("NCDHW", "OIDHW", "NCDHW")),
+])
+def test_input_dilation_splits_into_one_convolution_per_phase(
+        compiler, dims, kernel, dilation, padding, groups, layouts) -> None:
+    """A convolution of an input dilated by s (a strided conv's input gradient, a
+    transposed conv) is computed as s**dims ordinary convolutions, one per output phase,
+    that skip the dilation's zeros: one GEMM per phase with taps, none for a phase
+    without. Symbolic spatial sizes, sizes 1 and odd, checked against the interpreter."""
+    il, kl, ol = layouts
+    b = GraphBuilder("phases")
+    sp = [ch for ch in il if ch not in "NC"]
+    syms = {ch: b.symbol(ch) for ch in sp}
+    c, o = 2 * groups, 3 * groups
+    in_dims = {"N": b.symbol("N"), "C": c, **syms}
+    k_dims = {"O": o, "I": c // groups, **dict(zip(sp, kernel))}
+    x = b.input("x", "f32", [in_dims[ch] for ch in il])
+    w = b.input("w", "f32", [k_dims[ch] for ch in kl])
+    y = b.convolution(x, w, window_strides=[1] * dims, padding=padding,
+                      lhs_dilation=list(dilation), rhs_dilation=[1] * dims,
+                      feature_group_count=groups, input_layout=il, kernel_layout=kl,
+                      output_layout=ol)
+    g = b.build(b.mul(y, y))
+    for n, sizes in [(2, (5, 4, 3)), (1, (1, 1, 1)), (3, (6, 7, 2)), (1, (2, 2, 2))]:
+        if any((h - 1) * s + 1 + lo + hi - k + 1 < 0  # the window must fit
+               for h, s, (lo, hi), k in zip(sizes, dilation, padding, kernel)):
+            continue
+        shape = {"N": n, "C": c, **dict(zip(sp, sizes))}
+        exe = check(compiler, g, [RNG.standard_normal([shape[ch] for ch in il])
+                                  .astype(np.float32),
+                                  RNG.standard_normal([k_dims[ch] for ch in kl])
+                                  .astype(np.float32)])
+    phases_with_taps = 1
+    for k, s, (low, _) in zip(kernel, dilation, padding):
+        phases_with_taps *= sum(1 for p in range(s) if (low - p) % s < k)
+    calls = exe.artifact.metadata["native"]["fusion"].get("librarycall", 0)
+    assert calls == phases_with_taps * groups, (calls, phases_with_taps)

@@ -1001,6 +1001,56 @@ def test_large_scatters_split_rows_only_where_rows_are_disjoint(compiler, axis) 
     assert kernels(exe) == {"scattercall": 2}
 
 
+def test_row_indices_stay_right_in_blocks_that_start_mid_row(compiler) -> None:
+    """Each block of rows splits its first row into per-dim indices once and then carries
+    them row by row; blocks of a parallel kernel start anywhere (the extents here are odd
+    and above the parallel threshold). Rank 3 and 4 kernels whose every index is read: a
+    per-channel vector broadcast along a middle dim, a transposed input and a row sum."""
+    b = GraphBuilder("odometer")
+    A, B, C, D = (b.symbol(n) for n in "ABCD")
+    x = b.input("x", "f32", [A, B, C])
+    v = b.input("v", "f32", [B])
+    xt = b.input("xt", "f32", [C, B, A])
+    y = b.add(b.mul(x, b.broadcast_in_dim(v, shape=[A, B, C], broadcast_dimensions=[1])),
+              b.transpose(xt, permutation=[2, 1, 0]))
+    w = b.input("w", "f32", [A, B, D, C])
+    g = b.build(y, b.reduce(b.exp(w), kind="sum", axes=[3]),
+                b.add(w, b.broadcast_in_dim(x, shape=[A, B, D, C],
+                                            broadcast_dimensions=[0, 1, 3])))
+    for a, bb, c, d in [(37, 29, 41, 3), (3, 7, 1, 5), (1, 1, 1, 1), (0, 4, 5, 2),
+                        (5, 3, 2339, 1), (2, 301, 3, 31)]:
+        check(compiler, g, [randn(a, bb, c), randn(bb), randn(c, bb, a), randn(a, bb, d, c)],
+              rtol=1e-4, atol=1e-4)
+
+
+def _scatters_into_scalars():
+    b = GraphBuilder("scatter_fill")
+    R, C, K = b.symbol("R"), b.symbol("C"), b.symbol("K")
+    tgt, upd = b.input("tgt", "i64", [R, K]), b.input("upd", "f32", [R, K])
+    pooled = b.scatter_elements_add(b.full(0.0, "f32", [R, C]), tgt, upd, axis=1)
+    ids, rows = b.input("ids", "i32", [K]), b.input("rows", "f32", [K, C])
+    embedded = b.scatter_add(b.full(1.5, "f32", [R, C]), ids, rows, axis=0, batch_dims=0)
+    return b.build(pooled, embedded)
+
+
+def test_scatters_into_a_broadcast_scalar_fill_their_result(compiler) -> None:
+    """Gradients scatter into zeros (max-pool and embedding backward): the result is
+    filled with the scalar itself, in parallel, and the broadcast operand is neither
+    written by a kernel nor copied. Duplicated targets, sizes 0 and 1, and sizes above the
+    parallel threshold; a non-zero scalar too."""
+    g = _scatters_into_scalars()
+    for r, c, k in [(4, 6, 3), (1, 1, 1), (0, 5, 0), (3, 0, 0), (300, 257, 130)]:
+        n = max(c, 1)
+        exe = check(compiler, g, [RNG.integers(0, max(n // 3, 1), (r, k)).astype(np.int64),
+                                  randn(r, k), RNG.integers(0, max(r, 1), k).astype(np.int32),
+                                  randn(k, c)], rtol=1e-4, atol=1e-4)
+    assert kernels(exe) == {"scattercall": 2}
+    g = _scatters_into_scalars()
+    default_pipeline().run(g)
+    src = build_native(g).files["native/module.c"].decode()
+    assert "memcpy" not in src and "= 1.5f;" in src and "= 0.0f;" in src, src
+
+
 def test_launch_counts_include_gemms_and_scatter_loops(compiler) -> None:
     """What a coverage report shows per cluster: generated code (fused kernels, the serial
     scatter loop) as kernels and each GEMM as a library call, never left out."""

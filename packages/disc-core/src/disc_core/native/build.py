@@ -15,7 +15,12 @@ from disc_runtime.native import ABI_VERSION, MODULE_FILE
 from ..ir import Graph
 from .emit import emit_module
 from .fusion import NativeUnsupported, plan_fusion
-from .lower import canonicalize_dots, lower_convolutions, split_reductions
+from .lower import (
+    canonicalize_dots,
+    lower_convolutions,
+    split_input_dilation,
+    split_reductions,
+)
 from .toolchain import CompilerNotFound, find_toolchain
 
 NATIVE_ENGINE = "native"
@@ -74,6 +79,7 @@ def fusion_count(native: Mapping[str, Any] | None) -> int | None:
 
 def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:
     t0 = time.perf_counter()
+    split_input_dilation(graph)
     lower_convolutions(graph)
     split_reductions(graph)
     canonicalize_dots(graph)

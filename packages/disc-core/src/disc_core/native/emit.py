@@ -45,6 +45,8 @@ from .fusion import (
     ScanCall,
     ScatterCall,
     kdim,
+    scatter_fill,
+    scatter_reads,
 )
 
 PAR_MIN = 1 << 15
@@ -430,8 +432,9 @@ class _KernelEmitter:
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
+        start, advance = self.row_walk()
+        lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
-        lines += ["    " + s for s in self.row_decomposition()]
         done: set[int] = set()
         self.cached: set[int] = set()  # row-buffered values ready for later phases
         for red in reductions:
@@ -464,6 +467,7 @@ class _KernelEmitter:
             lines.append("    }")
             self.scope = set()
         self.segment = None
+        lines += ["    " + s for s in advance]
         lines.append("  }")
         for name in self.rowbuf.values():
             lines.append(f"  free({name});")
@@ -507,16 +511,32 @@ class _KernelEmitter:
                 out[id(v)] = f"rowbuf{len(out)}"
         return out
 
-    def row_decomposition(self) -> list[str]:
+    def row_walk(self) -> tuple[list[str], list[str]]:
+        """Lines before the row loop and lines ending each row that keep the row's per-dim
+        indices ``i<d>`` (every dim but the innermost) current.
+
+        The block's first row is split into indices once, with divisions; each row after
+        that carries like an odometer. Splitting every row afresh costs a 64-bit division
+        per symbolic dim per row, which dominated kernels with short rows: im2col's
+        patches, three channels wide, paid two divisions per three floats copied.
+        """
         n = self.n
         if n <= 1:
-            return []
-        out = ["int64_t rem = r;"]
-        for d in range(n - 2, 0, -1):
-            size = self.dim(self.k.space[d])
-            out.append(f"const int64_t i{d} = rem % {size}; rem /= {size};")
-        out.append("const int64_t i0 = rem; (void)rem;")
-        return out
+            return [], []
+        if n == 2:
+            return ["int64_t i0 = lo;"], ["++i0;"]
+        dims = range(n - 2, 0, -1)  # innermost first
+        start = [f"const int64_t rowdim{d} = {self.dim(self.k.space[d])};" for d in dims]
+        start.append(f"int64_t {', '.join(f'i{d} = 0' for d in range(n - 1))};")
+        split = ["int64_t rem = lo;"]
+        for d in dims:
+            split.append(f"i{d} = rem % rowdim{d}; rem /= rowdim{d};")
+        split.append("i0 = rem;")
+        start.append("if (lo < hi) { " + " ".join(split) + " }  /* an empty dim: no rows */")
+        carry = "++i0;"
+        for d in reversed(dims):  # outermost carried last
+            carry = f"if (++i{d} == rowdim{d}) {{ i{d} = 0; {carry} }}"
+        return start, [carry]
 
     def _inner(self, v: Value) -> bool:
         """Does ``v`` vary along the kernel's innermost (column) dim?
@@ -1040,6 +1060,8 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
     for s in plan.steps:
         if isinstance(s, Kernel):
             step_reads.append([group(v) for v in s.inputs])
+        elif isinstance(s, ScatterCall):
+            step_reads.append([group(v) for v in scatter_reads(s.op)])
         else:
             step_reads.append([group(v) for v in s.op.operands])
     slots: list[list[Value]] = []
@@ -1269,6 +1291,9 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
 def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
     """result = operand, then every update added at its (clamped) target.
 
+    An operand that broadcasts a scalar (the zeros a gradient scatters into) is never
+    materialized: the result is filled with the scalar (:func:`scatter_fill`).
+
     The copy of operand into result splits across the module's OpenMP team. Updates whose
     outermost dim also indexes the result's outermost dim (any scatter axis but 0, e.g. max
     pooling's backward, one row per channel) write disjoint rows, so their rows split
@@ -1278,6 +1303,7 @@ def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
     x, idx, upd = op.operands
     res = op.results[0]
     t, it = ctype(res.dtype), ctype(idx.dtype)
+    fill = scatter_fill(op)
     axis = op.attrs["axis"]
     ushape = upd.shape
     if op.name == "scatter_add":
@@ -1293,18 +1319,25 @@ def _emit_scatter(op: Op, ptr, syms: _Symbols) -> list[str]:
     xoff = " + ".join(f"{d}*{syms.c(s)}" for d, s in zip(xdims, _strides(x.shape))) or "0"
     uoff = " + ".join(f"u{d}*{syms.c(s)}" for d, s in enumerate(_strides(ushape))) or "0"
     rows_apart = bool(ushape) and xdims[0] == "u0"
+    split = ["        const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
+             "        const int64_t lo = xn * tid / T, hi = xn * (tid + 1) / T;"]
+    if fill is None:  # result = operand, copied
+        source = f"const {t} *X = (const {t} *){ptr(x)}; "
+        start = ["      if ((void *)Y != (void *)X) {", *split,
+                 f"        if (hi > lo) memcpy(Y + lo, X + lo, (size_t)(hi - lo) * sizeof({t}));",
+                 "      }"]
+    else:  # result = the scalar the operand broadcasts
+        source = ""
+        start = ["      {", *split,
+                 f"        for (int64_t e = lo; e < hi; ++e) Y[e] = {_scalar_constant(fill)};",
+                 "      }"]
     lines = ["  {",
-             f"    const {t} *X = (const {t} *){ptr(x)}; const {it} *I = (const {it} *){ptr(idx)};",
+             f"    {source}const {it} *I = (const {it} *){ptr(idx)};",
              f"    const {t} *U = (const {t} *){ptr(upd)}; {t} *Y = ({t} *){ptr(res)};",
              f"    const int64_t xn = {syms.c(product(x.shape))}, "
              f"un = {syms.c(product(ushape))};",
              f"    #pragma omp parallel if (xn + un >= {PAR_MIN})",
-             "    {",
-             "      if ((void *)Y != (void *)X) {",
-             "        const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
-             "        const int64_t lo = xn * tid / T, hi = xn * (tid + 1) / T;",
-             f"        if (hi > lo) memcpy(Y + lo, X + lo, (size_t)(hi - lo) * sizeof({t}));",
-             "      }",
+             "    {", *start,
              "      #pragma omp barrier"]
     # one thread per block of rows, or a single thread for every update
     lines += (["      #pragma omp for schedule(static)"] if rows_apart else

@@ -182,6 +182,26 @@ class ScatterCall:
     op: Op
 
 
+def scatter_fill(op: Op) -> Value | None:
+    """The rank-0 constant a scatter's operand is a broadcast of, or None.
+
+    Gradients scatter into zeros (max-pool and embedding backward, index_put on a fresh
+    tensor): the scatter then fills its result with the scalar itself, so the operand is
+    never materialized, which saves one kernel writing it and one pass copying it."""
+    p = op.operands[0].producer
+    if p is None or p.name != "broadcast_in_dim":
+        return None
+    c = p.operands[0].producer
+    if c is None or c.name != "constant" or p.operands[0].rank != 0:
+        return None
+    return p.operands[0]
+
+
+def scatter_reads(op: Op) -> list[Value]:
+    """The values a scatter step reads from memory (its operand only when not a fill)."""
+    return list(op.operands[1:]) if scatter_fill(op) is not None else list(op.operands)
+
+
 @dataclass
 class Alias:
     """``result`` shares the buffer of ``source`` (a reshape of contiguous memory)."""
@@ -382,7 +402,7 @@ def _plan_steps(graph: Graph, banned: set[int]) -> list[Step]:
             reads = list(op.operands)
         elif op.name in SCATTERS:
             step = ScatterCall(op)
-            reads = list(op.operands)
+            reads = scatter_reads(op)
         elif op.name == "cumulative":
             step = ScanCall(op)
             reads = list(op.operands)
@@ -448,6 +468,8 @@ def _step_values(s: Step) -> tuple[list[Value], list[Value]]:
     """(values the step reads, values it produces)."""
     if isinstance(s, Kernel):
         return s.inputs, s.outputs
+    if isinstance(s, ScatterCall):
+        return scatter_reads(s.op), list(s.op.results)
     return list(s.op.operands), list(s.op.results)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..ir import Graph, Op, Value
 from ..opdef import Rewriter
 from ..passes.dce import DCE
 from ..passes.rewrite import rewrite_ops
-from ..symbolic import product
+from ..symbolic import Expr, floordiv, product
 
 
 def split_reductions(graph: Graph) -> None:
@@ -210,3 +212,97 @@ def lower_convolutions(graph: Graph) -> None:
         return y
 
     rewrite_ops(graph, lower)
+
+
+def split_input_dilation(graph: Graph) -> None:
+    """convolution with ``lhs_dilation`` s > 1 -> one convolution per output phase.
+
+    Such a convolution (the input gradient of a strided convolution, every transposed
+    convolution) reads an input with s - 1 zeros between neighbours, so lowered as it is,
+    all but one in s of its products, per dilated dim, multiply a zero. Outputs
+    ``y = s*q + p`` of phase p only ever meet the taps ``t = t0 + s*m`` with
+    ``t0 = (pad_low - p) mod s``, at input ``q + m + d`` (``d = (p + t0 - pad_low) / s``):
+    an ordinary convolution of the undilated input (shifted by d, padded or cropped to
+    ``ceil(Y/s) + M - 1``) with that strided slice of the kernel. The phases' results are
+    interleaved back (a size-1 axis after each dilated dim, concatenated per phase, merged,
+    cropped to Y). A phase without taps (kernel smaller than the stride) is zeros.
+
+    Applies when every window stride and kernel dilation is 1 (what both uses produce) and
+    the kernel's dilated spatial sizes are static; anything else lowers as it is.
+    """
+    def split(op: Op, rw: Rewriter) -> Value | None:
+        if op.name != "convolution" or all(d == 1 for d in op.attrs["lhs_dilation"]):
+            return None
+        a = op.attrs
+        if any(v != 1 for v in (*a["window_strides"], *a["rhs_dilation"])):
+            return None
+        lhs, rhs = op.operands
+        res = op.results[0]
+        il, kl, ol = a["input_layout"], a["kernel_layout"], a["output_layout"]
+        sp = [ch for ch in il if ch not in "NC"]
+        ksize = [rhs.shape[kl.index(ch)] for ch in sp]
+        if any(not k.is_const for k, s in zip(ksize, a["lhs_dilation"]) if s > 1):
+            return None
+        emit = rw.op
+        zero = emit("constant", value=np.zeros((), lhs.dtype.np))
+        strides = list(a["lhs_dilation"])
+        outs = [res.shape[ol.index(ch)] for ch in sp]
+        quot = [floordiv(y + s - 1, s) for y, s in zip(outs, strides)]
+        phase_shape = [quot[sp.index(ch)] if ch in sp else d for ch, d in zip(ol, res.shape)]
+        conv_attrs = {**a, "padding": [[0, 0]] * len(sp), "lhs_dilation": [1] * len(sp)}
+        results: dict[tuple[int, ...], Value] = {}
+        for phase in itertools.product(*(range(s) for s in strides)):
+            x_low, x_high = [0] * lhs.rank, [0] * lhs.rank
+            k_start, k_limit, k_step = [0] * rhs.rank, list(rhs.shape), [1] * rhs.rank
+            empty = False
+            for j, (ch, p, s) in enumerate(zip(sp, phase, strides)):
+                low = a["padding"][j][0]
+                k = ksize[j].value if ksize[j].is_const else None
+                t0 = (low - p) % s
+                taps = ksize[j] if s == 1 else Expr.const(max(-(-(k - t0) // s), 0))
+                if taps.is_const and taps.value == 0:
+                    empty = True
+                    break
+                shift = (p + t0 - low) // s
+                x_low[il.index(ch)] = -shift
+                x_high[il.index(ch)] = quot[j] + taps - 1 + shift - lhs.shape[il.index(ch)]
+                ki = kl.index(ch)
+                k_start[ki], k_step[ki] = t0, s
+                k_limit[ki] = Expr.const(t0) + (taps - 1) * s + 1
+            if empty:
+                results[phase] = emit("broadcast_in_dim", zero, shape=phase_shape,
+                                      broadcast_dimensions=[])
+                continue
+            x = lhs
+            if any(x_low) or not all(Expr.const(0) == h for h in x_high):
+                x = emit("pad", lhs, zero, low=x_low, high=x_high, interior=[0] * lhs.rank)
+            w = rhs
+            if k_start != [0] * rhs.rank or k_step != [1] * rhs.rank or any(
+                    lim != d for lim, d in zip(k_limit, rhs.shape)):
+                w = emit("slice", rhs, start=k_start, limit=k_limit, stride=k_step)
+            results[phase] = emit("convolution", x, w, **conv_attrs)
+        # interleave: a size-1 axis after each dilated output dim, filled by its phases
+        dilated = [ch for ch, s in zip(sp, strides) if s > 1]
+        expanded, axis_of = [], {}
+        for ch, d in zip(ol, phase_shape):
+            expanded.append(d)
+            if ch in dilated:
+                axis_of[ch] = len(expanded)
+                expanded.append(Expr.const(1))
+
+        def interleave(level: int, fixed: tuple[int, ...]) -> Value:
+            if level == len(sp):
+                return emit("reshape", results[fixed], shape=expanded)
+            s = strides[level]
+            parts = [interleave(level + 1, (*fixed, p)) for p in range(s)]
+            if s == 1:
+                return parts[0]
+            return emit("concatenate", *parts, dimension=axis_of[sp[level]])
+
+        merged = [d * strides[sp.index(ch)] if ch in dilated else d
+                  for ch, d in zip(ol, phase_shape)]
+        y = emit("reshape", interleave(0, ()), shape=merged)
+        return emit("slice", y, start=[0] * res.rank, limit=list(res.shape),
+                    stride=[1] * res.rank)
+
+    rewrite_ops(graph, split)

@@ -383,7 +383,7 @@ def _f(dt: DType, name: str) -> str:
 def _maxmin(greater: str) -> Callable[..., str]:
     def emit(dt: DType, a: str, b: str) -> str:
         if dt.is_float:  # NaN propagates, as np.maximum/np.minimum
-            return f"(({a}) {greater} ({b}) || ({a}) != ({a}) ? ({a}) : ({b}))"
+            return f"(((({a}) {greater} ({b})) | (({a}) != ({a}))) ? ({a}) : ({b}))"
         return f"(({a}) {greater} ({b}) ? ({a}) : ({b}))"
 
     return emit
@@ -432,8 +432,11 @@ C_TEMPLATES: dict[str, Callable[..., str]] = {
     "pow": lambda dt, a, b: f"{_f(dt, 'pow')}({a}, {b})" if dt.is_float else None,
     "atan2": _libm("atan2"),
     "max": _maxmin(">"), "min": _maxmin("<"),
-    "and": lambda dt, a, b: f"(({a}) && ({b}))" if dt.is_bool else f"(({a}) & ({b}))",
-    "or": lambda dt, a, b: f"(({a}) || ({b}))" if dt.is_bool else f"(({a}) | ({b}))",
+    # bools are 0 or 1, so the bitwise forms are exact for them too, and unlike && and ||
+    # they do not branch: a short-circuit inside a vector loop (max-pool's "greater or
+    # NaN" test) kept gcc from vectorizing the whole loop
+    "and": lambda dt, a, b: f"(({a}) & ({b}))",
+    "or": lambda dt, a, b: f"(({a}) | ({b}))",
     "xor": lambda dt, a, b: f"(({a}) != ({b}))" if dt.is_bool else f"(({a}) ^ ({b}))",
 }
 
