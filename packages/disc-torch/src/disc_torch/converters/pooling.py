@@ -181,6 +181,8 @@ def avg_pool_backward(ctx, node):
         ones = ctx.op("pad", ctx.full(1, x.dtype, x.shape), zero, low=[0] * lead + padding,
                       high=[0] * lead + padding, interior=[0] * x.rank)
         g = ctx.op("div", dy, _window_sum(ctx, ones, kernel, stride, out_spatial))
+    if stride == kernel and not any(padding):
+        return _spread_over_tiles(ctx, g, x, kernel)
     total = None
     for tap in itertools.product(*(range(k) for k in kernel)):
         # output o of this tap read input o * stride + tap - padding
@@ -194,3 +196,28 @@ def avg_pool_backward(ctx, node):
                       interior=[0] * lead + [s - 1 for s in stride])
         total = part if total is None else ctx.op("add", total, part)
     return total
+
+
+def _spread_over_tiles(ctx, g, x, kernel):
+    """The gradient of non-overlapping windows (stride == kernel, no padding, the usual
+    ``avg_pool2d(x, 2)``): every input of window ``o`` gets ``g[o]``, so it is ``g`` with each
+    element repeated ``k`` times per spatial dim (a broadcast to [..., o, k, ...] viewed as
+    [..., o * k, ...]), then zeros for the rows and columns floor division left out.
+
+    The tap sum of the general case would test ``(i - tap) % stride`` for every tap at
+    every element; here each element is one read at ``i / k``."""
+    n = len(kernel)
+    lead = x.rank - n
+    spatial = list(g.shape[lead:])
+    tiled = list(g.shape[:lead])
+    for o, k in zip(spatial, kernel):
+        tiled += [o, Expr.const(k)]
+    spread = ctx.op("broadcast_in_dim", g, shape=tiled,
+                    broadcast_dimensions=list(range(lead)) + [lead + 2 * j for j in range(n)])
+    up = ctx.reshape(spread, list(g.shape[:lead]) + [o * k for o, k in zip(spatial, kernel)])
+    rest = [h - o * k for h, o, k in zip(x.shape[lead:], spatial, kernel)]
+    if all(r.is_const and r.value == 0 for r in rest):
+        return up
+    zero = ctx.scalar(0, x.dtype)
+    return ctx.op("pad", up, zero, low=[Expr.const(0)] * x.rank,
+                  high=[Expr.const(0)] * lead + rest, interior=[0] * x.rank)
