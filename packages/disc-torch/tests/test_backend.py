@@ -147,8 +147,15 @@ def test_cnn_trains_like_eager():
     got = run(disc, disc_torch.optimize(disc))
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(disc.bn.running_mean, eager.bn.running_mean)
+    torch.testing.assert_close(disc.bn.running_var, eager.bn.running_var)
     compiled = {n.op for g in disc_torch.report().graphs for n in g.nodes
                 if n.status.value == "compiled"}
+    # the running-variance update's n / (n - 1) reads numel(conv): computed in the cluster,
+    # so batch norm no longer splits the forward into three clusters
+    for g in disc_torch.report().graphs:
+        assert len(g.clusters) == 1, (g.name, [c.nodes for c in g.clusters])
+        assert not [n for n in g.nodes if n.reason is not None
+                    and n.reason.value == "data_dependent_shape"], g.name
     # the backward's compute-heavy ops compile (they used to run eagerly)
     assert {"aten.convolution.default", "aten.convolution_backward.default",
             "aten.avg_pool2d_backward.default"} <= compiled, compiled
@@ -402,6 +409,38 @@ def test_dependencies_through_size_nodes_never_close_a_cycle():
         assert any(n.status.value == "compiled" for n in g.nodes), g.name
         assert not any(n.reason is not None and n.reason.value == "compile_error"
                        for n in g.nodes), g.name
+
+
+def test_sizes_of_intermediates_are_computed_inside_their_cluster():
+    """Batch norm's training decomposition reads ``numel`` of the tensor it normalizes
+    (the running variance's ``n / (n - 1)``); here that tensor is computed in the graph.
+    The size has an expression over the input sizes, so it is computed inside the cluster
+    that produces the tensor: one cluster per graph, compiled once for every shape, with
+    outputs, gradients and running statistics as in eager."""
+    def fn(x, mean, var):
+        y = torch.exp(x) * 0.5
+        return F.batch_norm(y, mean, var, training=True, momentum=0.3).tanh()
+
+    seen, before = len(disc_torch.report().graphs), disc_torch.compile_count()
+    compiled = disc_torch.optimize(fn)
+    stats = [torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)]
+    twin = [t.clone() for t in stats]
+    for shape in ((2, 3, 8, 6), (1, 3, 5, 7), (4, 3, 1, 3), (2, 3, 2, 9)):
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        xr = x.detach().clone().requires_grad_()
+        got, want = compiled(x, *stats), fn(xr, *twin)
+        torch.testing.assert_close(got, want)
+        got.pow(2).sum().backward()
+        want.pow(2).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+        torch.testing.assert_close(stats, twin)
+    graphs = disc_torch.report().graphs[seen:]
+    assert {g.name.split("_")[0] for g in graphs} == {"forward", "backward"}, graphs
+    for g in graphs:
+        assert len(g.clusters) == 1, (g.name, [c.nodes for c in g.clusters])
+        assert not [n for n in g.nodes if n.reason is not None
+                    and n.reason.value == "data_dependent_shape"], g.nodes
+    assert disc_torch.compile_count() - before == 2  # forward and backward, once each
 
 
 def test_a_failed_partition_runs_the_graph_eagerly(monkeypatch):

@@ -58,13 +58,18 @@ class PartitionedGraph:
 
 
 def _intermediate_sizes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """Tensor nodes that read a size computed from an intermediate (non-input) tensor:
-    clustering them with that tensor's producer would put a host size computation inside
-    a cluster, so they stay in torch."""
+    """Tensor nodes that read a size computed from an intermediate (non-input) tensor
+    whose value has no expression over the graph's input symbols (data-dependent sizes):
+    such a size exists only once the tensor does, so these nodes stay in torch.
+
+    A size that does have one (batch norm's ``numel(conv) / (numel(conv) - 1)`` running
+    variance correction, a view to a pooled tensor's sizes) is read from its expression
+    inside the cluster; :func:`_absorb_size_chains` moves its computation into the
+    cluster that produces the tensor."""
     tainted: set[torch.fx.Node] = set()
     readers: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
-        if node.op != "call_function" or not is_sym_node(node):
+        if node.op != "call_function" or not is_sym_node(node) or _expressible(node):
             continue
         for src in node.all_input_nodes:
             if src in tainted or (src.op == "call_function" and not is_sym_node(src)):
@@ -73,6 +78,55 @@ def _intermediate_sizes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
         if node.op == "call_function" and any(s in tainted for s in node.all_input_nodes):
             readers.add(node)
     return readers
+
+
+def _expressible(node: torch.fx.Node) -> bool:
+    """Is a size node's value an expression over backed size symbols (no data)?"""
+    val = node.meta.get("val")
+    if isinstance(val, (bool, int, float)):
+        return True
+    if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return False
+    if isinstance(val, torch.SymInt):
+        try:
+            to_expr(val)
+        except UnsupportedSize:
+            return False
+        return True
+    return all(sym.name.startswith("s") for sym in val.node.expr.free_symbols)
+
+
+def _absorb_size_chains(gm: torch.fx.GraphModule,
+                        partitions: list[dict[torch.fx.Node, None]]) -> None:
+    """Copy into each partition the size computations that read its own tensors.
+
+    ``sym_numel(conv)`` outside a cluster that both produces ``conv`` and uses the size
+    would make the cluster's input depend on its output (a cycle). The cluster needs only
+    the expression (:meth:`Lowering.operand` reads sizes from their traced values), so
+    the chain is copied in, where lowering skips it; users outside keep the original."""
+    graph = gm.graph
+    for part in partitions:
+        inside: dict[torch.fx.Node, torch.fx.Node] = {}
+        for node in list(graph.nodes):
+            if (node.op != "call_function" or not is_sym_node(node) or node in part
+                    or not any(s in part or s in inside for s in node.all_input_nodes)):
+                continue
+            with graph.inserting_after(node):
+                copy = graph.node_copy(node, lambda a, inside=inside: inside.get(a, a))
+            copy.meta = dict(node.meta)
+            inside[node] = copy
+        if not inside:
+            continue
+        for member in list(part):
+            for original, copy in inside.items():
+                member.replace_input_with(original, copy)
+        for original, copy in reversed(list(inside.items())):
+            if copy.users:
+                part[copy] = None
+            else:
+                graph.erase_node(copy)
+            if not original.users:
+                graph.erase_node(original)
 
 
 def _dependency_edges(nodes: list[torch.fx.Node], node_set: set[torch.fx.Node]
@@ -211,6 +265,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     ids = [c.id for c in clustering.clusters]
     partitions = [{n: None for n in c.nodes} for c in clustering.clusters]
     prefix = "disc_cluster_"
+    _absorb_size_chains(gm, partitions)
     gm = fuse_by_partitions(gm, partitions, prefix=prefix, always_return_tuple=True)
     sites = SymbolSites(gm)  # after fusing: it may rebuild the graph's nodes
     calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"}
