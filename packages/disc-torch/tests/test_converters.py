@@ -464,3 +464,27 @@ def test_squeeze_of_a_dim_known_only_at_run_time_follows_each_call():
     static = [n for g in disc_torch.report().graphs for n in g.nodes
               if n.op.startswith("aten.squeeze") and n.status.value == "compiled"]
     assert static, "squeezing a static size-1 dim should compile"
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_pool_indices_follow_torch_on_ties_and_nans(dims):
+    """The first maximum of a window wins, and a NaN wins over everything (the last NaN
+    of the window when there are several), as torch's CPU kernel picks them: values drawn
+    from {0, 1, 2} make ties in most windows, and some windows hold one or more NaNs.
+    Padding, a stride smaller than the kernel, and dilation make windows overlap."""
+    pool = F.max_pool2d if dims == 2 else F.max_pool3d
+    kw = dict(kernel_size=3, stride=2, padding=1) if dims == 2 else dict(
+        kernel_size=2, stride=1, padding=1, dilation=2)
+    fn = lambda x: pool(x, return_indices=True, **kw)  # noqa: E731
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    g = torch.Generator().manual_seed(3)
+    sizes = [(2, 3, 7, 9), (1, 2, 6, 5), (2, 1, 9, 4)] if dims == 2 else [
+        (1, 2, 5, 6, 4), (2, 1, 3, 4, 5)]
+    for dtype in (F32, F64):
+        for shape in sizes:
+            x = torch.randint(0, 3, shape, generator=g).to(dtype)
+            x[torch.rand(shape, generator=g) < 0.08] = float("nan")
+            (got, got_idx), (want, want_idx) = compiled(x), fn(x)
+            torch.testing.assert_close(got, want, equal_nan=True)
+            assert torch.equal(got_idx, want_idx), (shape, dtype, got_idx, want_idx)
+    assert not fallbacks("aten.max_pool"), fallbacks("aten.max_pool")

@@ -112,13 +112,14 @@ def max_pool_with_indices(ctx, node):
     # o * stride + t * dilation - padding
     coords = [ctx.op("iota", shape=list(out_shape), dimension=lead + k, dtype=DType.I64)
               for k in range(n)]
-    best = best_idx = None
+    values, positions = [], []
     for tap in itertools.product(*(range(k) for k in kernel)):
         starts = [t * d for t, d in zip(tap, dilation)]
         start = [Expr.const(0)] * lead + [Expr.const(s) for s in starts]
         limit = list(padded.shape[:lead]) + [Expr.const(s) + (o - 1) * st + 1
                                              for s, o, st in zip(starts, out_spatial, stride)]
-        v = ctx.op("slice", padded, start=start, limit=limit, stride=[1] * lead + stride)
+        values.append(ctx.op("slice", padded, start=start, limit=limit,
+                             stride=[1] * lead + stride))
         flat = None
         for k in range(n):
             pos = ctx.op("add", ctx.op("mul", coords[k], ctx.full(stride[k], DType.I64,
@@ -129,13 +130,26 @@ def max_pool_with_indices(ctx, node):
             else:
                 size = ctx.broadcast_to(ctx.b.dim_size(x, lead + k), out_shape)
                 flat = ctx.op("add", ctx.op("mul", flat, size), pos)
-        if best is None:
-            best, best_idx = v, flat
-            continue
+        positions.append(flat)
+    # the maximum: a later tap wins when greater or NaN
+    best = values[0]
+    for v in values[1:]:
         take = ctx.op("or", ctx.op("compare", v, best, direction="gt"),
                       ctx.op("compare", v, v, direction="ne"))
         best = ctx.op("select", take, v, best)
-        best_idx = ctx.op("select", take, flat, best_idx)
+    # its index, found afterwards: the first tap equal to the maximum, or the last NaN tap
+    # when the maximum is NaN (what the update rule above picks). Two chains of selects on
+    # one comparison each, rather than the index riding along the value chain: gcc does
+    # not vectorize a loop whose int64 selects test an OR of two float comparisons
+    first_equal = positions[-1]
+    for v, pos in zip(values[-2::-1], positions[-2::-1]):
+        first_equal = ctx.op("select", ctx.op("compare", v, best, direction="eq"), pos,
+                             first_equal)
+    last_nan = positions[0]
+    for v, pos in zip(values[1:], positions[1:]):
+        last_nan = ctx.op("select", ctx.op("compare", v, v, direction="ne"), pos, last_nan)
+    best_idx = ctx.op("select", ctx.op("compare", best, best, direction="ne"), last_nan,
+                      first_equal)
     return best, best_idx
 
 
