@@ -14,6 +14,9 @@ counter array):
 * a row or loop kernel whose innermost extent is symbolic has a version for extents that
   are a multiple of the vector width (``DISC_VEC_LANES``): its inner loops have no
   remainder iterations, which the compiler drops (the extent is written ``C & ~(W-1)``);
+  on AVX-512 it also has a version for short rows that are not (below
+  ``DISC_SHORT_ROW_MAX``: odd feature-map widths, short sequences), vectorized 8 wide,
+  since 16-wide loops leave most of such a row to remainder code;
 * a column reduction runs its column chunks in parallel, or, when there are fewer chunks
   than threads (few, long columns: a bias gradient, batch-norm statistics), splits its
   rows across the threads, each summing a partial row, added up in block order.
@@ -139,10 +142,19 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
    for innermost extents that are a multiple of it (no remainder loop) */
 #if defined(__AVX512F__)
 #define DISC_VEC_LANES 16
+/* short rows that are not a multiple of 16 (7x7 to 31x31 feature maps, odd sequence
+   lengths below 32) run a version vectorized 8 wide: 16-wide loops leave up to 15 of
+   their few elements to remainder code, about 2x slower per element there */
+#define DISC_SHORT_ROWS __attribute__((target("prefer-vector-width=256")))
+#define DISC_SHORT_ROW_MAX 32
 #elif defined(__AVX__)
 #define DISC_VEC_LANES 8
 #else
 #define DISC_VEC_LANES 4
+#endif
+#ifndef DISC_SHORT_ROWS
+#define DISC_SHORT_ROWS
+#define DISC_SHORT_ROW_MAX 0
 #endif
 /* column-epilogue partial sums up to this size live on the calling thread's stack */
 #define DISC_STACK_PARTIALS 262144
@@ -249,7 +261,8 @@ class _KernelEmitter:
     def emit(self, info: ModuleInfo) -> str:
         """Per version: a ``_part`` function doing rows (or column chunks) [lo, hi), and the
         entry that runs it directly when the work is small or splits it across threads."""
-        variants = ["fast"] + (["fast_vec"] if vector_speculation(self.k) else [])
+        variants = ["fast"] + (["fast_vec", "fast_short"] if vector_speculation(self.k)
+                               else [])
         variants += ["fast_rows"] if self.k.kind == "column" else []
         variants += ["strided"] if self.k.speculative else []
         decls, names = self.data_args()
@@ -264,11 +277,13 @@ class _KernelEmitter:
                 continue
             body, extent = self.body()
             if epilogue:
-                out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue))
+                out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue,
+                                                short=variant == "fast_short"))
                 continue
             call = ", ".join(names + ["S"])
-            out.append(f"static void {fn}_part({', '.join(decls)}, const int64_t *restrict S, "
-                       f"int64_t lo, int64_t hi) {{\n{body}}}\n")
+            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else ""
+            out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
+                       f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
             out.append(
                 f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, int parallel) "
                 f"{{\n  const int64_t extent = {extent};\n"
@@ -299,7 +314,8 @@ class _KernelEmitter:
         return [(j, ops[id(o)]) for j, o in enumerate(self.k.outputs) if id(o) in ops]
 
     def epilogue_kernel(self, fn: str, body: str, extent: str, decls: list[str],
-                        names: list[str], epilogue: list[tuple[int, Op]]) -> str:
+                        names: list[str], epilogue: list[tuple[int, Op]],
+                        short: bool = False) -> str:
         """A row/loop kernel that also sums values over all its rows (fusion's column
         epilogue). Each block of rows accumulates into its own partial row (``colpart``),
         set up by the block itself; the entry adds the partials up in block order, so the
@@ -312,7 +328,8 @@ class _KernelEmitter:
                        for (_, name, _), (_, op) in zip(parts, epilogue))
         body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
-        lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
+        lines = [f"{'DISC_SHORT_ROWS ' if short else ''}static void {fn}_part("
+                 f"{', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, "
                  "int parallel) {",
@@ -1164,12 +1181,16 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
             fast = f"{{ if (rows) kernel{k.id}_fast_rows({call}); else {fast} }}"
         if vector_speculation(k):
             at = len(info.counters)
-            info.counters += [f"kernel{k.id}.vector_multiple", f"kernel{k.id}.vector_remainder"]
+            info.counters += [f"kernel{k.id}.vector_multiple", f"kernel{k.id}.vector_remainder",
+                              f"kernel{k.id}.vector_short"]
             guard = "fast && " if k.speculative else ""
-            w(f"    const int vec = {guard}({syms.c(k.space[-1])}) % DISC_VEC_LANES == 0;")
+            inner = syms.c(k.space[-1])
+            w(f"    const int vec = {guard}({inner}) % DISC_VEC_LANES == 0;")
+            w(f"    const int shortrow = {guard}!vec && ({inner}) < DISC_SHORT_ROW_MAX;")
             counted = "env->counters && fast" if k.speculative else "env->counters"
-            w(f"    if ({counted}) env->counters[{at} + !vec] += 1;")
-            fast = f"{{ if (vec) kernel{k.id}_fast_vec({call}); else {fast} }}"
+            w(f"    if ({counted}) env->counters[{at} + (vec ? 0 : shortrow ? 2 : 1)] += 1;")
+            fast = (f"{{ if (vec) kernel{k.id}_fast_vec({call}); "
+                    f"else if (shortrow) kernel{k.id}_fast_short({call}); else {fast} }}")
         if k.speculative:
             w(f"    if (fast) {fast} else kernel{k.id}_strided({call});")
         else:
