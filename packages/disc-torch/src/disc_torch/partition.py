@@ -87,13 +87,12 @@ def _expressible(node: torch.fx.Node) -> bool:
         return True
     if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return False
-    if isinstance(val, torch.SymInt):
-        try:
-            to_expr(val)
-        except UnsupportedSize:
-            return False
-        return True
-    return all(sym.name.startswith("s") for sym in val.node.expr.free_symbols)
+    try:  # a SymInt converts whole; float and bool sizes need every symbol backed
+        for part in [val] if isinstance(val, torch.SymInt) else val.node.expr.free_symbols:
+            to_expr(part)
+    except UnsupportedSize:
+        return False
+    return True
 
 
 def _absorb_size_chains(gm: torch.fx.GraphModule,

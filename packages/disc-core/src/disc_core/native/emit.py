@@ -49,7 +49,7 @@ from .fusion import (
     ScatterCall,
     kdim,
     scatter_fill,
-    scatter_reads,
+    step_values,
 )
 
 PAR_MIN = 1 << 15
@@ -276,12 +276,11 @@ class _KernelEmitter:
                 out.append(self.row_split_kernel(fn, decls, names))
                 continue
             body, extent = self.body()
+            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else ""
             if epilogue:
-                out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue,
-                                                short=variant == "fast_short"))
+                out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
                 continue
             call = ", ".join(names + ["S"])
-            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else ""
             out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
                        f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
             out.append(
@@ -315,7 +314,7 @@ class _KernelEmitter:
 
     def epilogue_kernel(self, fn: str, body: str, extent: str, decls: list[str],
                         names: list[str], epilogue: list[tuple[int, Op]],
-                        short: bool = False) -> str:
+                        attr: str = "") -> str:
         """A row/loop kernel that also sums values over all its rows (fusion's column
         epilogue). Each block of rows accumulates into its own partial row (``colpart``),
         set up by the block itself; the entry adds the partials up in block order, so the
@@ -328,8 +327,7 @@ class _KernelEmitter:
                        for (_, name, _), (_, op) in zip(parts, epilogue))
         body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
-        lines = [f"{'DISC_SHORT_ROWS ' if short else ''}static void {fn}_part("
-                 f"{', '.join(pdecls)}, const int64_t *restrict S, "
+        lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, "
                  "int parallel) {",
@@ -1075,12 +1073,7 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
     # arena slots with liveness-based reuse
     step_reads: list[list[Value]] = []
     for s in plan.steps:
-        if isinstance(s, Kernel):
-            step_reads.append([group(v) for v in s.inputs])
-        elif isinstance(s, ScatterCall):
-            step_reads.append([group(v) for v in scatter_reads(s.op)])
-        else:
-            step_reads.append([group(v) for v in s.op.operands])
+        step_reads.append([group(v) for v in step_values(s)[0]])
     slots: list[list[Value]] = []
     slot_of: dict[int, int] = {}
     last_use: dict[int, int] = {}

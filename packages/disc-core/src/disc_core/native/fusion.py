@@ -435,7 +435,7 @@ def _extra_outputs_on(path: list[int], steps: list[Step]) -> set[int]:
     for i, n in enumerate(path):
         reader, writer = steps[n], steps[path[(i + 1) % len(path)]]
         if isinstance(writer, Kernel):
-            read = {id(v) for v in _step_values(reader)[0]}
+            read = {id(v) for v in step_values(reader)[0]}
             out |= {id(v) for v in writer.outputs[1:] if id(v) in read}
     return out
 
@@ -464,7 +464,7 @@ def _ancestors(graph: Graph) -> _Ancestry:
     return _Ancestry(pos, mask)
 
 
-def _step_values(s: Step) -> tuple[list[Value], list[Value]]:
+def step_values(s: Step) -> tuple[list[Value], list[Value]]:
     """(values the step reads, values it produces)."""
     if isinstance(s, Kernel):
         return s.inputs, s.outputs
@@ -475,13 +475,13 @@ def _step_values(s: Step) -> tuple[list[Value], list[Value]]:
 
 def _producer_index(steps: list[Step]) -> dict[int, int]:
     """id(value) -> index of the step that writes it."""
-    return {id(v): n for n, s in enumerate(steps) for v in _step_values(s)[1]}
+    return {id(v): n for n, s in enumerate(steps) for v in step_values(s)[1]}
 
 
 def _order_steps(steps: list[Step]) -> list[Step]:
     """Topological order of steps by the values they exchange, stable otherwise."""
     producer = _producer_index(steps)
-    deps = [{producer[id(v)] for v in _step_values(s)[0] if id(v) in producer} - {n}
+    deps = [{producer[id(v)] for v in step_values(s)[0] if id(v) in producer} - {n}
             for n, s in enumerate(steps)]
     out: list[int] = []
     state = [0] * len(steps)
@@ -665,7 +665,7 @@ def _drop_unread_outputs(steps: list[Step], graph: Graph) -> None:
     (a kernel keeps at least one)."""
     wanted = {id(v) for v in graph.outputs}
     for s in steps:
-        wanted |= {id(v) for v in _step_values(s)[0]}
+        wanted |= {id(v) for v in step_values(s)[0]}
     for s in steps:
         if isinstance(s, Kernel) and len(s.outputs) > 1:
             epilogue = {id(op.results[0]) for op in s.column_epilogue}
@@ -808,7 +808,7 @@ def _step_reachability(steps: list[Step]) -> list[int]:
     producer = _producer_index(steps)
     reach = [0] * len(steps)
     for n, s in enumerate(steps):  # steps are topologically ordered
-        for v in _step_values(s)[0]:
+        for v in step_values(s)[0]:
             p = producer.get(id(v))
             if p is not None and p != n:
                 reach[n] |= reach[p] | (1 << p)

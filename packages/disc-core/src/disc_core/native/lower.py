@@ -257,9 +257,9 @@ def split_input_dilation(graph: Graph) -> None:
             empty = False
             for j, (ch, p, s) in enumerate(zip(sp, phase, strides)):
                 low = a["padding"][j][0]
-                k = ksize[j].value if ksize[j].is_const else None
                 t0 = (low - p) % s
-                taps = ksize[j] if s == 1 else Expr.const(max(-(-(k - t0) // s), 0))
+                # taps t0, t0 + s, ... below the kernel size (static where s > 1)
+                taps = ksize[j] if s == 1 else Expr.const(max(-(-(ksize[j].value - t0) // s), 0))
                 if taps.is_const and taps.value == 0:
                     empty = True
                     break
