@@ -20,6 +20,36 @@ def test_random_graphs_round_trip(graph) -> None:
     assert [op.attrs for op in again.ops] == [op.attrs for op in graph.ops]
 
 
+@settings(max_examples=100, deadline=None)
+@given(random_graphs())
+def test_a_clone_is_the_parsed_text_and_independent(graph) -> None:
+    """Compiles build from a clone instead of re-parsing the text: the two must agree, and
+    passes mutating the clone must leave the original alone."""
+    text = str(graph)
+    copy = graph.clone()
+    assert str(copy) == text == str(parse_graph(text))
+    copy.verify()
+    originals = {id(v) for v in graph.inputs} | {id(r) for op in graph.ops for r in op.results}
+    copies = {id(v) for v in copy.inputs} | {id(r) for op in copy.ops for r in op.results}
+    assert not originals & copies
+    assert all(r.producer is op for op in copy.ops for r in op.results)
+    for op in copy.ops:
+        op.attrs.clear()
+        op.operands.reverse()
+    copy.ops.clear()
+    copy.outputs = copy.inputs[:1]
+    assert str(graph) == text
+
+
+def test_a_clone_keeps_symbol_hints_apart() -> None:
+    b = GraphBuilder("h")
+    s = b.symbol("S", min=1, max=64, multiple_of=8)
+    g = b.build(b.op("exp", b.input("x", "f32", [s])))
+    copy = g.clone()
+    copy.symbols["S"].max = 8
+    assert g.symbols["S"].max == 64 and str(copy) != str(g)
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("size", [0, 1, 5, 17, 300])
 def test_constants_round_trip_exactly(dtype, size) -> None:

@@ -99,6 +99,9 @@ class Compiler:
         if target == "native" and self.target == "reference":
             raise RuntimeError("target='native' needs a C compiler; none was found")
         self.optimize = optimize
+        # Hashed here, on the caller's thread: bridges build in background threads, where
+        # reading ~60 files while the main thread holds the GIL took 0.5-0.9 s.
+        compiler_fingerprint()
         self.stats = CompileStats()
         self._executables: dict[str, Executable] = {}
         self._lock = threading.Lock()
@@ -123,28 +126,37 @@ class Compiler:
         """Like :meth:`compile`, plus where the executable came from: "miss" (compiled
         now), "memory" or "disk" (a cache hit). Bridges put this in the coverage report."""
         text = str(graph)
-        return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs])
+        return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs], graph)
 
-    def _get(self, text: str, input_types: Sequence[tuple[str, int]]) -> Executable:
-        return self._lookup(text, input_types)[0]
+    def _get(self, text: str, input_types: Sequence[tuple[str, int]],
+             graph: Graph | None = None) -> Executable:
+        return self._lookup(text, input_types, graph)[0]
 
-    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]]
-                ) -> tuple[Executable, str]:
+    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]],
+                graph: Graph | None = None) -> tuple[Executable, str]:
+        """``graph``, when given, is the graph ``text`` prints: a build clones it instead
+        of parsing the text."""
         key = self.key(text, input_types)
         exe = self._executables.get(key)
         if exe is not None:
             self.stats.record("memory", 0.0)
             return exe, "memory"
         t0 = time.perf_counter()
-        artifact, source = self.cache.get_or_build(key, lambda path: self._build(text, key, path))
+        artifact, source = self.cache.get_or_build(
+            key, lambda path: self._build(text, key, path, graph))
         exe = Executable.load(artifact)
         self.stats.record(source, time.perf_counter() - t0)
         with self._lock:
             self._executables.setdefault(key, exe)
         return self._executables[key], source
 
-    def _build(self, text: str, key: str, path: Path) -> Artifact:
-        graph = parse_graph(text)  # a private copy: passes mutate
+    def _build(self, text: str, key: str, path: Path, source: Graph | None) -> Artifact:
+        # a private copy: passes mutate
+        if source is not None:
+            graph = source.clone()
+            graph.verify()  # what parsing the text would have checked
+        else:
+            graph = parse_graph(text)
         if self.optimize:
             default_pipeline().run(graph)
         files = {engine.GRAPH_FILE: str(graph).encode()}
@@ -174,6 +186,7 @@ class JitFunction:
         self.graph = graph
         self.compiler = compiler or Compiler()
         self._text = str(graph)
+        self._snapshot = graph.clone()  # what builds start from, whatever the caller edits
 
     @property
     def stats(self) -> CompileStats:
@@ -181,7 +194,8 @@ class JitFunction:
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         arrays = [as_numpy(x) for x in inputs]
-        exe = self.compiler._get(self._text, [(a.dtype.name, a.ndim) for a in arrays])
+        exe = self.compiler._get(self._text, [(a.dtype.name, a.ndim) for a in arrays],
+                                 self._snapshot)
         return exe.run(arrays)
 
 

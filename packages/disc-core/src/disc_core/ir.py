@@ -9,6 +9,7 @@ keeps passes honest and lets the text form be re-verified on parse.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -156,6 +157,29 @@ class Graph:
         from .verifier import verify_graph
 
         verify_graph(self)
+
+    def clone(self) -> Graph:
+        """A copy that passes can mutate without touching this graph: new values and ops,
+        shared immutable types and attribute values (passes replace attributes, never
+        mutate them in place). Much cheaper than printing and re-parsing the graph, which
+        re-infers every type: that cost sat on the critical path of every first
+        compilation."""
+        env: dict[Value, Value] = {}
+        inputs = []
+        for v in self.inputs:
+            env[v] = Value(v.type, name=v.name)
+            inputs.append(env[v])
+        ops = []
+        for op in self.ops:
+            new = Op.__new__(Op)
+            new.opdef = op.opdef
+            new.operands = [env[v] for v in op.operands]
+            new.attrs = dict(op.attrs)
+            new.results = [Value(r.type, new, r.index, r.name) for r in op.results]
+            env.update(zip(op.results, new.results))
+            ops.append(new)
+        return Graph(self.name, inputs, ops, [env[v] for v in self.outputs],
+                     {k: dataclasses.replace(s) for k, s in self.symbols.items()})
 
     def users(self) -> dict[Value, list[Op]]:
         out: dict[Value, list[Op]] = {}
