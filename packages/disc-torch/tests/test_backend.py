@@ -195,7 +195,7 @@ def test_unsupported_pieces_fall_back_with_reasons():
 def test_compile_error_falls_back_warns_once_and_is_reported(monkeypatch):
     from disc_core.compiler import Compiler
 
-    def broken(self, graph):
+    def broken(self, graph, **options):
         raise RuntimeError("injected compiler failure")
 
     monkeypatch.setattr(Compiler, "compile_traced", broken)

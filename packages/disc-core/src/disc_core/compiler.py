@@ -12,7 +12,7 @@ import functools
 import hashlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,18 +122,26 @@ class Compiler:
         """The executable for ``graph`` (one compilation per distinct graph and target)."""
         return self.compile_traced(graph)[0]
 
-    def compile_traced(self, graph: Graph) -> tuple[Executable, str]:
+    def compile_traced(self, graph: Graph, *, compiling: Callable[[], None] | None = None
+                       ) -> tuple[Executable, str]:
         """Like :meth:`compile`, plus where the executable came from: "miss" (compiled
-        now), "memory" or "disk" (a cache hit). Bridges put this in the coverage report."""
+        now), "memory" or "disk" (a cache hit). Bridges put this in the coverage report.
+
+        ``compiling`` is called once the C compiler runs (a subprocess; what is left is
+        seconds of waiting): a bridge building in a background thread waits for it before
+        going on, so that its own Python work does not contend for the GIL with the
+        build's passes and code generation."""
         text = str(graph)
-        return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs], graph)
+        return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs], graph,
+                            compiling)
 
     def _get(self, text: str, input_types: Sequence[tuple[str, int]],
              graph: Graph | None = None) -> Executable:
         return self._lookup(text, input_types, graph)[0]
 
     def _lookup(self, text: str, input_types: Sequence[tuple[str, int]],
-                graph: Graph | None = None) -> tuple[Executable, str]:
+                graph: Graph | None = None, compiling: Callable[[], None] | None = None
+                ) -> tuple[Executable, str]:
         """``graph``, when given, is the graph ``text`` prints: a build clones it instead
         of parsing the text."""
         key = self.key(text, input_types)
@@ -143,14 +151,15 @@ class Compiler:
             return exe, "memory"
         t0 = time.perf_counter()
         artifact, source = self.cache.get_or_build(
-            key, lambda path: self._build(text, key, path, graph))
+            key, lambda path: self._build(text, key, path, graph, compiling))
         exe = Executable.load(artifact)
         self.stats.record(source, time.perf_counter() - t0)
         with self._lock:
             self._executables.setdefault(key, exe)
         return self._executables[key], source
 
-    def _build(self, text: str, key: str, path: Path, source: Graph | None) -> Artifact:
+    def _build(self, text: str, key: str, path: Path, source: Graph | None,
+               compiling: Callable[[], None] | None) -> Artifact:
         # a private copy: passes mutate
         if source is not None:
             graph = source.clone()
@@ -164,7 +173,7 @@ class Compiler:
         engine_name = engine.ENGINE_NAME
         if self.target != "reference":
             try:
-                native = build_native(graph)
+                native = build_native(graph, compiling=compiling)
             except NativeUnsupported as exc:
                 # the graph still runs, on the interpreter; the reason is kept for reports
                 metadata["native_fallback"] = str(exc)

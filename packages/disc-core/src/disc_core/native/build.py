@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from .lower import (
     split_input_dilation,
     split_reductions,
 )
-from .toolchain import CompilerNotFound, find_toolchain
+from .toolchain import CompilerNotFound, find_toolchain, running_compilers
 
 NATIVE_ENGINE = "native"
 _warned = False
@@ -77,31 +78,55 @@ def fusion_count(native: Mapping[str, Any] | None) -> int | None:
                if sum(op not in _NO_WORK for op in k.get("ops", ())) >= 2)
 
 
-def build_native(graph: Graph, *, vector_report: bool = False) -> NativeBuild:
+def build_native(graph: Graph, *, vector_report: bool = False,
+                 compiling: Callable[[], None] | None = None) -> NativeBuild:
+    """Lower, fuse, emit and compile ``graph``; ``compiling`` is called when the C
+    compiler starts (see ``Compiler.compile_traced``)."""
     t0 = time.perf_counter()
     split_input_dilation(graph)
     lower_convolutions(graph)
     split_reductions(graph)
     canonicalize_dots(graph)
     plan = plan_fusion(graph)
-    info = emit_module(graph, plan)
+    units = compile_units(caller_busy=compiling is not None)
+    info = emit_module(graph, plan, max_units=units)
     if info.needs_blas:
         from disc_runtime.native import find_blas
 
         if not all(find_blas()):
             raise NativeUnsupported("dot_general needs an ILP64 BLAS and none was found")
     tc = find_toolchain()
+    if compiling is not None:
+        compiling()
     with tempfile.TemporaryDirectory(prefix="disc-build-") as tmp:
         so = Path(tmp) / "module.so"
-        cc_seconds, report = tc.compile(info.source, so, vector_report=vector_report)
+        cc_seconds, report = tc.compile(info.sources, so, vector_report=vector_report)
         data = so.read_bytes()
     meta = {
         "abi": ABI_VERSION, "counters": info.counters, "kernels": info.kernels,
+        "units": len(info.sources),
         "fusion": plan.summary(), "needs_blas": info.needs_blas,
         "cc_seconds": round(cc_seconds, 4), "build_seconds": round(time.perf_counter() - t0, 4),
         "compiler": tc.version,
     }
     if vector_report:
         meta["vector_report"] = report
-    return NativeBuild({MODULE_FILE: data, "native/module.c": info.source.encode()},
-                       meta)
+    sources = {f"native/module{'.' + str(i) if i else ''}.c": text.encode()
+               for i, text in enumerate(info.sources)}
+    return NativeBuild({MODULE_FILE: data, **sources}, meta)
+
+
+def compile_units(caller_busy: bool = False) -> int:
+    """How many translation units a large module may be split into: the CPUs this process
+    may run on, less the C compilers this process is already running, less one when the
+    caller goes on working while this module compiles (a bridge tracing its next graph:
+    splitting there measured slower, the units and the caller's thread fighting over two
+    cores). ``DISC_COMPILE_UNITS`` overrides; 1 turns splitting off."""
+    env = os.environ.get("DISC_COMPILE_UNITS")
+    if env:
+        return max(1, int(env))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus - running_compilers() - int(caller_busy))

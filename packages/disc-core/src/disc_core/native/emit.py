@@ -156,6 +156,11 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 #define DISC_SHORT_ROWS
 #define DISC_SHORT_ROW_MAX 0
 #endif
+/* kernel entries the host calls: file-local in a one-file module, hidden across the
+   files of a module split for parallel compilation */
+#ifndef DISC_ENTRY
+#define DISC_ENTRY static
+#endif
 /* column-epilogue partial sums up to this size live on the calling thread's stack */
 #define DISC_STACK_PARTIALS 262144
 """
@@ -165,7 +170,9 @@ DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 class ModuleInfo:
     """What the runtime and tests need to know about a generated module."""
 
-    source: str
+    #: C translation units; the first holds the host entry point. More than one when the
+    #: module is split so that the C compiler can build its parts in parallel.
+    sources: list[str]
     needs_blas: bool
     counters: list[str] = field(default_factory=list)  # name of each counter slot
     kernels: list[dict] = field(default_factory=list)
@@ -182,16 +189,45 @@ class _Symbols:
         return dim_c(e, self.index)
 
 
-def emit_module(graph: Graph, plan: FusionPlan) -> ModuleInfo:
+#: kernel source (characters) per translation unit below which a module is not split: a
+#: unit costs ~0.05 s of compiler start-up and prelude, the link ~0.05 s
+SPLIT_MIN_CHARS = 24_000
+
+
+def emit_module(graph: Graph, plan: FusionPlan, max_units: int = 1) -> ModuleInfo:
+    """The C source of ``plan``: one translation unit, or up to ``max_units`` when the
+    kernels are large enough to be worth compiling in parallel (``SPLIT_MIN_CHARS`` each).
+    """
     syms = _Symbols(graph)
     consts = _Constants()
-    info = ModuleInfo(source="", needs_blas=False)
+    info = ModuleInfo(sources=[], needs_blas=False)
     kernel_src: list[str] = []
+    prototypes: list[str] = []
     for k in plan.kernels:
-        kernel_src.append(_KernelEmitter(k, syms, consts).emit(info))
+        emitter = _KernelEmitter(k, syms, consts)
+        kernel_src.append(emitter.emit(info))
+        prototypes += emitter.prototypes
     host = _emit_host(graph, plan, syms, consts, info)
     helpers = [gemm_helper(dt) for dt in sorted(info.gemm_dtypes, key=lambda d: d.name)]
-    info.source = "\n".join([PRELUDE, consts.source(), *kernel_src, *helpers, host])
+    total = sum(map(len, kernel_src))
+    units = max(1, min(max_units, total // SPLIT_MIN_CHARS))
+    if units == 1:
+        info.sources = ["\n".join([PRELUDE, consts.source(), *kernel_src, *helpers, host])]
+        return info
+    # largest kernels first, each into the lightest unit; the host's unit starts with the
+    # weight of what it holds besides kernels
+    shares: list[list[str]] = [[] for _ in range(units)]
+    weight = [len(host) + sum(map(len, helpers))] + [0] * (units - 1)
+    for src in sorted(kernel_src, key=len, reverse=True):
+        u = weight.index(min(weight))
+        shares[u].append(src)
+        weight[u] += len(src)
+    split = '#define DISC_ENTRY __attribute__((visibility("hidden")))\n'
+    info.sources = [
+        "\n".join([split + PRELUDE, consts.source(), *shares[0], *prototypes, *helpers,
+                   host]),
+        *("\n".join([split + PRELUDE, consts.source(), *share]) for share in shares[1:]),
+    ]
     return info
 
 
@@ -286,8 +322,8 @@ class _KernelEmitter:
             out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
                        f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
             out.append(
-                f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, int parallel) "
-                f"{{\n  const int64_t extent = {extent};\n"
+                f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+                f"int parallel) {{\n  const int64_t extent = {extent};\n"
                 f"  if (!parallel) {{ {fn}_part({call}, 0, extent); return; }}\n"
                 "  /* a few blocks per thread, handed out dynamically: a thread the OS\n"
                 "     preempts (a loaded machine, a data loader next door) delays the team\n"
@@ -298,6 +334,8 @@ class _KernelEmitter:
                 "  for (int64_t b = 0; b < blocks; ++b)\n"
                 f"    {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);\n"
                 "}\n")
+        self.prototypes = [f"DISC_ENTRY void {self.fn_name(v)}({', '.join(decls)}, "
+                           "const int64_t *restrict S, int parallel);" for v in variants]
         info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
                              "ops": [op.name for op in self.k.ops],
                              "speculative": self.k.speculative,
@@ -331,7 +369,7 @@ class _KernelEmitter:
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
         lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
-                 f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+                 f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
                  "int parallel) {",
                  f"  const int64_t extent = {extent}, C = {cols};",
                  "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
@@ -865,7 +903,7 @@ class _KernelEmitter:
         cols = self.dim(product(self.k.space[self.col_axes:]))
         lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
-                 f"static void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+                 f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
                  "int parallel) {",
                  "  (void)parallel;  /* chosen only for parallel work */",
                  f"  const int64_t R = {extent}, C = {cols};",
