@@ -12,7 +12,10 @@ shape, then the median of the per-shape ratios). DISC's first pass starts from a
 compile cache, and so does Inductor's (a fresh TORCHINDUCTOR_CACHE_DIR: a warm Inductor
 cache left in $TMPDIR by an earlier run would make its first pass several times shorter than
 a new machine's); DISC's is then repeated with a warm disk cache after dropping every
-in-memory cache (dynamo's and DISC's), as a new process of a deployed job would see it. Every
+in-memory cache (dynamo's and DISC's), as a new process of a deployed job would see it.
+Eager's and DISC's first passes are also measured in a new process each
+(``first_pass_fresh_process_s``): in this process DISC's runs after the other contenders
+and inherits their state. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
 Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
@@ -42,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = harness.parser(__doc__.split("\n\n")[0], "small models, 6 shapes (smoke run)")
     p.add_argument("--models", default="gpt,cnn", help="comma list of gpt, cnn")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
+    p.add_argument("--fresh-first-pass", nargs=3, metavar=("MODEL", "MODE", "CONTENDER"),
+                   help=argparse.SUPPRESS)  # the child process of fresh_first_pass()
     return p.parse_args(argv)
 
 
@@ -160,6 +165,7 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
             summary = disc_torch.report().summary()
             coverage = 100.0 * summary.compiled / max(summary.ops, 1)
         steps[n] = step
+    fresh = {n: fresh_first_pass(model_name, mode, n) for n in ("eager", "disc")}
     # the same job again with a warm disk cache and nothing in memory
     torch._dynamo.reset()
     backend._compilers.clear()
@@ -185,23 +191,51 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
                                       if inductor else None),
         "first_pass_s": {n: round(v, 3) for n, v in firsts.items()},
         "disc_warm_cache_first_pass_s": round(warm_first, 3),
+        "first_pass_fresh_process_s": fresh,
         "steady_ms": {n: round(1e3 * statistics.median(v), 3) for n, v in medians.items()},
         "coverage_pct": round(coverage, 1),
         "max_loss_rel_diff_vs_eager": worst,
     }
 
 
+def fresh_first_pass(model_name: str, mode: str, contender: str) -> float:
+    """The first pass of ``contender`` in a new process, as a user's job starts (DISC from
+    an empty compile cache). In this process it runs after the other contenders, whose
+    tracing and compilation state (Inductor's above all) it inherits."""
+    import subprocess
+
+    env = {**os.environ, "DISC_CACHE_DIR": tempfile.mkdtemp(prefix="disc-bench-fresh-")}
+    out = subprocess.run(
+        [sys.executable, __file__, "--threads", str(THREADS), "--fresh-first-pass", model_name,
+         mode, contender] + (["--quick"] if ARGS.quick else []),
+        env=env, capture_output=True, text=True, check=True)
+    return round(float(json.loads(out.stdout.strip().splitlines()[-1])), 3)
+
+
+def _child_first_pass(model_name: str, mode: str, contender_name: str) -> int:
+    torch.manual_seed(0)
+    base, batches, _ = MODELS[model_name](ARGS.quick)
+    _, step = contender(contender_name, base, mode)
+    seconds, _ = harness.first_pass(step, batches, float)
+    print(json.dumps(seconds))
+    return 0
+
+
 def targets(row: dict[str, Any]) -> list[str]:
     want = 1.3 if row["mode"] == "training" else 1.5
     first = row["first_pass_s"]
     out = [f"steady >= {want}x eager: {'PASS' if row['speedup_vs_eager'] >= want else 'MISS'}",
-           f"cold first pass <= 10 s: {'PASS' if first['disc'] <= 10 else 'MISS'}",
+           f"cold first pass <= 10 s: {'PASS' if first['disc'] <= 10 else 'MISS'}"
+           f" (in a fresh process: {row['first_pass_fresh_process_s']['disc']} s, "
+           f"{'PASS' if row['first_pass_fresh_process_s']['disc'] <= 10 else 'MISS'})",
            "warm-cache first pass <= 1.5x eager: "
            + ("PASS" if row["disc_warm_cache_first_pass_s"] <= 1.5 * first["eager"] else "MISS")]
     return out
 
 
 def main() -> int:
+    if ARGS.fresh_first_pass:
+        return _child_first_pass(*ARGS.fresh_first_pass)
     cache = tempfile.mkdtemp(prefix="disc-bench-cache-")
     os.environ["DISC_CACHE_DIR"] = cache  # cold: DISC compiles everything in this run
     # cold for Inductor too (read whenever Inductor looks up a cache path)
@@ -213,7 +247,8 @@ def main() -> int:
             r = rows[-1]
             print(f"{m:4} {mode:9} eager x{r['speedup_vs_eager']:.2f}  inductor "
                   f"x{r['speedup_vs_inductor'] or float('nan'):.2f}  first pass s "
-                  f"{r['first_pass_s']} warm {r['disc_warm_cache_first_pass_s']}  "
+                  f"{r['first_pass_s']} warm {r['disc_warm_cache_first_pass_s']} "
+                  f"fresh process {r['first_pass_fresh_process_s']}  "
                   f"steady ms {r['steady_ms']}  compiles disc {r['disc_compiles']} "
                   f"({r['disc_graphs']} graphs) inductor {r['inductor_compiles']}  "
                   f"coverage {r['coverage_pct']}%  loss diff {r['max_loss_rel_diff_vs_eager']:.1e}",

@@ -173,7 +173,13 @@ class Expr:
     # -- construction -------------------------------------------------------------------
     @staticmethod
     def const(value: int) -> Expr:
-        return Expr({(): int(value)})
+        value = int(value)
+        cached = _CONSTS.get(value)
+        if cached is None:
+            cached = Expr({(): value})
+            if len(_CONSTS) < _CONSTS_MAX:  # sizes repeat: bridges build thousands per graph
+                _CONSTS[value] = cached
+        return cached
 
     @staticmethod
     def sym(name: str) -> Expr:
@@ -320,6 +326,11 @@ class Expr:
                 prod = prod * a.subs(m)
             total = total + prod
         return total
+
+
+#: constant expressions by value (immutable, so shared)
+_CONSTS: dict[int, Expr] = {}
+_CONSTS_MAX = 8192
 
 
 def _mono_key(m: Monomial) -> tuple:

@@ -7,6 +7,7 @@ canonical polynomials (``disc_core.symbolic.Expr``); this module is the one tran
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import sympy
@@ -34,15 +35,34 @@ def to_expr(size: Any) -> Expr:
         hint = node.maybe_as_int()
         if hint is not None:
             return Expr.const(int(hint))
-        expr = node.expr
-        try:  # apply what dynamo's guards established (min(s0, s1) -> s0 when s0 <= s1)
-            expr = node.shape_env.simplify(expr)
-        except Exception:
-            pass
-        return _convert(expr)
+        return _from_shape_env(node)
     if isinstance(size, sympy.Basic):
         return _convert(size)
     raise UnsupportedSize(f"{type(size).__name__} {size!r} is not a size")
+
+
+#: per ShapeEnv, the DISC form of each size expression already converted: a graph's
+#: tensors share a handful of sizes, and simplifying one under the guards (sympy) then
+#: converting it was 40% of partitioning a GPT backward graph
+_converted: weakref.WeakKeyDictionary[Any, dict[sympy.Basic, Expr]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _from_shape_env(node: Any) -> Expr:
+    expr = node.expr
+    try:
+        memo = _converted.setdefault(node.shape_env, {})
+    except TypeError:  # a ShapeEnv that cannot be weakly referenced: no memo
+        memo = {}
+    out = memo.get(expr)
+    if out is None:
+        simple = expr
+        try:  # apply what dynamo's guards established (min(s0, s1) -> s0 when s0 <= s1)
+            simple = node.shape_env.simplify(expr)
+        except Exception:
+            pass
+        out = memo[expr] = _convert(simple)
+    return out
 
 
 def _convert(e: sympy.Basic) -> Expr:
