@@ -14,8 +14,8 @@ cache left in $TMPDIR by an earlier run would make its first pass several times 
 a new machine's); DISC's is then repeated with a warm disk cache after dropping every
 in-memory cache (dynamo's and DISC's), as a new process of a deployed job would see it.
 Eager's and DISC's first passes are also measured in a new process each
-(``first_pass_fresh_process_s``): in this process DISC's runs after the other contenders
-and inherits their state. Every
+(``first_pass_fresh_process_s``), as a user's job starts: in this process DISC's runs after
+the other contenders. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
 Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
@@ -200,8 +200,7 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
 
 def fresh_first_pass(model_name: str, mode: str, contender: str) -> float:
     """The first pass of ``contender`` in a new process, as a user's job starts (DISC from
-    an empty compile cache). In this process it runs after the other contenders, whose
-    tracing and compilation state (Inductor's above all) it inherits."""
+    an empty compile cache), rather than after the other contenders in this one."""
     import subprocess
 
     env = {**os.environ, "DISC_CACHE_DIR": tempfile.mkdtemp(prefix="disc-bench-fresh-")}
