@@ -129,3 +129,26 @@ def test_running_compilers_counts_processes_while_they_run(tmp_path) -> None:
         time.sleep(0.001)
     t.join()
     assert max(seen) == 2 and toolchain.running_compilers() == 0
+
+
+def test_concurrent_builds_wait_for_a_compile_slot(tmp_path, monkeypatch) -> None:
+    """At most as many builds compile at once as ``_JOBS`` allows; the rest wait."""
+    import threading
+    import time
+
+    from disc_core.native import toolchain
+
+    monkeypatch.setattr(toolchain, "_JOBS", threading.BoundedSemaphore(2))
+    tc = find_toolchain()
+    src = "#include <math.h>\n" + "".join(
+        f"double f{i}(double x) {{ return sin(x) * {i}; }}\n" for i in range(1500))
+    threads = [threading.Thread(target=tc.compile, args=(src, Path(tmp_path) / f"m{i}.so"))
+               for i in range(5)]
+    for t in threads:
+        t.start()
+    seen = []
+    while any(t.is_alive() for t in threads):
+        seen.append(toolchain.running_compilers())
+        time.sleep(0.001)
+    assert max(seen) == 2
+    assert all((Path(tmp_path) / f"m{i}.so").exists() for i in range(5))

@@ -61,7 +61,7 @@ class Toolchain:
         each, and are linked together."""
         units = [sources] if isinstance(sources, str) else list(sources)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with _counting(len(units)):
+        with _JOBS, _counting(len(units)):
             return self._compile(units, out, vector_report)
 
     def _compile(self, units: list[str], out: Path, vector_report: bool
@@ -91,6 +91,10 @@ class Toolchain:
         return time.perf_counter() - t0, stderr
 
 
+#: builds compiling at once in this process (each runs one compiler per unit): a bridge
+#: starts every cluster's build in the background, and a model with dozens of clusters
+#: would otherwise run dozens of compilers at once, each with its own few hundred MB
+_JOBS = threading.BoundedSemaphore(max(2, os.cpu_count() or 1))
 _running = 0
 _running_lock = threading.Lock()
 
