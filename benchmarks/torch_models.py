@@ -30,6 +30,7 @@ import copy
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -201,8 +202,6 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
 def fresh_first_pass(model_name: str, mode: str, contender: str) -> float:
     """The first pass of ``contender`` in a new process, as a user's job starts (DISC from
     an empty compile cache), rather than after the other contenders in this one."""
-    import subprocess
-
     env = {**os.environ, "DISC_CACHE_DIR": tempfile.mkdtemp(prefix="disc-bench-fresh-")}
     out = subprocess.run(
         [sys.executable, __file__, "--threads", str(THREADS), "--fresh-first-pass", model_name,

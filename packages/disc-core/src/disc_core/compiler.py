@@ -37,7 +37,6 @@ from ._version import __version__
 from .ir import Graph, TensorType
 from .native.build import NATIVE_ENGINE, build_native, native_target
 from .native.fusion import NativeUnsupported
-from .parser import parse_graph
 from .passes import default_pipeline
 
 engine.register()
@@ -135,15 +134,13 @@ class Compiler:
         return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs], graph,
                             compiling)
 
-    def _get(self, text: str, input_types: Sequence[tuple[str, int]],
-             graph: Graph | None = None) -> Executable:
+    def _get(self, text: str, input_types: Sequence[tuple[str, int]], graph: Graph
+             ) -> Executable:
         return self._lookup(text, input_types, graph)[0]
 
-    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]],
-                graph: Graph | None = None, compiling: Callable[[], None] | None = None
-                ) -> tuple[Executable, str]:
-        """``graph``, when given, is the graph ``text`` prints: a build clones it instead
-        of parsing the text."""
+    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]], graph: Graph,
+                compiling: Callable[[], None] | None = None) -> tuple[Executable, str]:
+        """``text`` is what ``graph`` prints (the cache key); a build clones ``graph``."""
         key = self.key(text, input_types)
         exe = self._executables.get(key)
         if exe is not None:
@@ -158,14 +155,10 @@ class Compiler:
             self._executables.setdefault(key, exe)
         return self._executables[key], source
 
-    def _build(self, text: str, key: str, path: Path, source: Graph | None,
+    def _build(self, text: str, key: str, path: Path, source: Graph,
                compiling: Callable[[], None] | None) -> Artifact:
-        # a private copy: passes mutate
-        if source is not None:
-            graph = source.clone()
-            graph.verify()  # what parsing the text would have checked
-        else:
-            graph = parse_graph(text)
+        graph = source.clone()  # a private copy: passes mutate
+        graph.verify()
         if self.optimize:
             default_pipeline().run(graph)
         files = {engine.GRAPH_FILE: str(graph).encode()}

@@ -22,7 +22,12 @@ from .lower import (
     split_input_dilation,
     split_reductions,
 )
-from .toolchain import CompilerNotFound, find_toolchain, running_compilers
+from .toolchain import (
+    CompilerNotFound,
+    find_toolchain,
+    running_compilers,
+    usable_cpus,
+)
 
 NATIVE_ENGINE = "native"
 _warned = False
@@ -125,8 +130,4 @@ def compile_units(caller_busy: bool = False) -> int:
     env = os.environ.get("DISC_COMPILE_UNITS")
     if env:
         return max(1, int(env))
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus - running_compilers() - int(caller_busy))
+    return max(1, usable_cpus() - running_compilers() - int(caller_busy))

@@ -211,22 +211,22 @@ def emit_module(graph: Graph, plan: FusionPlan, max_units: int = 1) -> ModuleInf
     helpers = [gemm_helper(dt) for dt in sorted(info.gemm_dtypes, key=lambda d: d.name)]
     total = sum(map(len, kernel_src))
     units = max(1, min(max_units, total // SPLIT_MIN_CHARS))
-    if units == 1:
-        info.sources = ["\n".join([PRELUDE, consts.source(), *kernel_src, *helpers, host])]
-        return info
-    # largest kernels first, each into the lightest unit; the host's unit starts with the
-    # weight of what it holds besides kernels
-    shares: list[list[str]] = [[] for _ in range(units)]
-    weight = [len(host) + sum(map(len, helpers))] + [0] * (units - 1)
-    for src in sorted(kernel_src, key=len, reverse=True):
-        u = weight.index(min(weight))
-        shares[u].append(src)
-        weight[u] += len(src)
-    split = '#define DISC_ENTRY __attribute__((visibility("hidden")))\n'
+    shares = [kernel_src]
+    head = PRELUDE
+    if units > 1:
+        # largest kernels first, each into the lightest unit; the host's unit starts with
+        # the weight of what it holds besides kernels, and declares the others' entries
+        shares = [[] for _ in range(units)]
+        weight = [len(host) + sum(map(len, helpers))] + [0] * (units - 1)
+        for src in sorted(kernel_src, key=len, reverse=True):
+            u = weight.index(min(weight))
+            shares[u].append(src)
+            weight[u] += len(src)
+        head = '#define DISC_ENTRY __attribute__((visibility("hidden")))\n' + PRELUDE
+    declared = prototypes if units > 1 else []
     info.sources = [
-        "\n".join([split + PRELUDE, consts.source(), *shares[0], *prototypes, *helpers,
-                   host]),
-        *("\n".join([split + PRELUDE, consts.source(), *share]) for share in shares[1:]),
+        "\n".join([head, consts.source(), *shares[0], *declared, *helpers, host]),
+        *("\n".join([head, consts.source(), *share]) for share in shares[1:]),
     ]
     return info
 
@@ -253,6 +253,12 @@ class _Constants:
 
     def source(self) -> str:
         return "\n".join(self.decls)
+
+
+def entry_signature(fn: str, decls: list[str]) -> str:
+    """A kernel entry as the host calls it (definitions and, across units, prototypes)."""
+    return (f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+            "int parallel)")
 
 
 def _scalar_constant(v: Value) -> str | None:
@@ -284,6 +290,7 @@ class _KernelEmitter:
         self.segment: int | None = None  # operand of the split concatenate being computed
         self.strided = False  # emitting the version for implicit broadcasts
         self.vec = False  # emitting the version for vector-multiple innermost extents
+        self.prototypes: list[str] = []  # declarations of the entries emit() wrote
 
     # names ----------------------------------------------------------------------------
     def fn_name(self, variant: str) -> str:
@@ -322,8 +329,7 @@ class _KernelEmitter:
             out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
                        f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
             out.append(
-                f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
-                f"int parallel) {{\n  const int64_t extent = {extent};\n"
+                f"{entry_signature(fn, decls)} {{\n  const int64_t extent = {extent};\n"
                 f"  if (!parallel) {{ {fn}_part({call}, 0, extent); return; }}\n"
                 "  /* a few blocks per thread, handed out dynamically: a thread the OS\n"
                 "     preempts (a loaded machine, a data loader next door) delays the team\n"
@@ -334,8 +340,7 @@ class _KernelEmitter:
                 "  for (int64_t b = 0; b < blocks; ++b)\n"
                 f"    {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);\n"
                 "}\n")
-        self.prototypes = [f"DISC_ENTRY void {self.fn_name(v)}({', '.join(decls)}, "
-                           "const int64_t *restrict S, int parallel);" for v in variants]
+        self.prototypes = [entry_signature(self.fn_name(v), decls) + ";" for v in variants]
         info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
                              "ops": [op.name for op in self.k.ops],
                              "speculative": self.k.speculative,
@@ -369,8 +374,7 @@ class _KernelEmitter:
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
         lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
-                 f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
-                 "int parallel) {",
+                 f"{entry_signature(fn, decls)} {{",
                  f"  const int64_t extent = {extent}, C = {cols};",
                  "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
                  "  const int64_t blocks = !parallel ? 1 : extent < want ? extent : want;",
@@ -903,8 +907,7 @@ class _KernelEmitter:
         cols = self.dim(product(self.k.space[self.col_axes:]))
         lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
-                 f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
-                 "int parallel) {",
+                 f"{entry_signature(fn, decls)} {{",
                  "  (void)parallel;  /* chosen only for parallel work */",
                  f"  const int64_t R = {extent}, C = {cols};",
                  "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",

@@ -94,7 +94,15 @@ class Toolchain:
 #: builds compiling at once in this process (each runs one compiler per unit): a bridge
 #: starts every cluster's build in the background, and a model with dozens of clusters
 #: would otherwise run dozens of compilers at once, each with its own few hundred MB
-_JOBS = threading.BoundedSemaphore(max(2, os.cpu_count() or 1))
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_JOBS = threading.BoundedSemaphore(max(2, usable_cpus()))
 _running = 0
 _running_lock = threading.Lock()
 
