@@ -35,14 +35,12 @@ def test_blas_thread_setter_sets_the_calling_threads_count() -> None:
         setter(previous)
 
 
-def test_blas_functions_unpack_into_four_addresses_and_the_threading_claim() -> None:
-    """The native engine unpacks ``blas_functions()`` positionally; numpy's OpenBLAS runs
-    its own thread pool, so it is never claimed to thread on OpenMP."""
-    sgemm, dgemm, local, rowmajor, threads_openmp = native.blas_functions()
+def test_blas_functions_unpack_into_four_addresses() -> None:
+    """disc-tf's custom_op.py unpacks ``blas_functions()`` into four addresses."""
+    sgemm, dgemm, local, rowmajor = native.blas_functions()
     fns = native.blas_functions()
     assert (sgemm, dgemm, local, rowmajor) == (fns.sgemm, fns.dgemm, fns.set_num_threads_local,
                                                fns.sgemm_rowmajor)
-    assert threads_openmp is False
 
 
 _ONEDNN_CHOICE = """
@@ -102,7 +100,7 @@ def test_no_blas_library_gives_zeros(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["(0,", "0,", "0,", "0,", "False)", "0"]
+    assert r.stdout.split() == ["(0,", "0,", "0,", "0)", "0"]
 
 
 def _openblas_path() -> str:
@@ -178,26 +176,3 @@ def test_use_blas_library_is_preferred_until_the_environment_overrides_it(tmp_pa
                        text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "False"]
-
-
-def test_the_threading_claim_goes_with_the_preferred_library_only(tmp_path) -> None:
-    """A bridge's claim that its BLAS threads on OpenMP reaches the modules' environment
-    with that library; a library named by DISC_BLAS_LIB carries no claim (nothing is
-    known of how it threads)."""
-    path = _openblas_path()
-    code = ("import sys\n"
-            "from disc_runtime import native\n"
-            "found = native.use_blas_library(sys.argv[1], threads_openmp=True)\n"
-            "print(found.threads_openmp, native.blas_functions().threads_openmp)\n"
-            "native.use_blas_library(sys.argv[1])\n"
-            "print(native.blas_functions().threads_openmp)\n")
-    env = subprocess_env()
-    r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
-                       env=env, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True", "True", "False"]
-    env["DISC_BLAS_LIB"] = path
-    r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
-                       env=env, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True", "False", "False"]

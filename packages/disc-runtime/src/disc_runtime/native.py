@@ -27,7 +27,7 @@ from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 
-ABI_VERSION = 5
+ABI_VERSION = 4
 MODULE_FILE = "native/module.so"
 
 #: The C contract between a compiled module and this engine, in one place: disc-core's
@@ -50,11 +50,6 @@ typedef struct {
      value: transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc; returns a
      status). When set, modules call it for f32 GEMMs instead of sgemm. */
   void *sgemm_rowmajor;
-  /* nonzero when the BLAS's own threads are this process's OpenMP threads (MKL on GNU
-     OpenMP inside PyTorch): a GEMM that cannot split over batches then runs on the BLAS's
-     threading, which partitions one product better than row or column halves do. Zero
-     (a pthread OpenBLAS, unknown libraries): GEMMs always split over the module's team. */
-  int blas_threads_openmp;
 } disc_env;
 """
 ABI_ENTRY = """
@@ -130,10 +125,6 @@ class BlasFunctions(NamedTuple):
     #: ``beta = 0`` product. It runs single-threaded inside a module's OpenMP team (the
     #: gomp build checks ``omp_in_parallel``), so it needs no thread-count setter.
     sgemm_rowmajor: int = 0
-    #: the BLAS threads on this process's OpenMP runtime (as declared by the bridge that
-    #: chose it, :func:`use_blas_library`): a module may then hand a GEMM that has no
-    #: batches to split to the BLAS's own threading instead of splitting its rows
-    threads_openmp: bool = False
 
 
 #: (sgemm, dgemm) export names tried in every candidate library, in order: the ILP64
@@ -156,30 +147,20 @@ THREADS_LOCAL_SYMBOLS: tuple[str, ...] = (
 ONEDNN_DISTRIBUTIONS: tuple[str, ...] = ("onednn-cpu-gomp",)
 
 _preferred: list[str] = []
-#: the preferred library's BLAS threads are the process's OpenMP threads
-_preferred_openmp: list[bool] = [False]
 
 
-def use_blas_library(path: str | os.PathLike[str], *, threads_openmp: bool = False
-                     ) -> BlasFunctions:
+def use_blas_library(path: str | os.PathLike[str]) -> BlasFunctions:
     """Prefer the ILP64 BLAS in the shared library ``path`` for modules loaded from now on
     (``DISC_BLAS_LIB`` still overrides it). A bridge calls this with the BLAS its framework
-    already uses, so that DISC's GEMMs run the same code as eager mode's.
-
-    ``threads_openmp``: the caller knows that this BLAS threads on the process's GNU
-    OpenMP runtime, the one compiled modules use (PyTorch's MKL). Nothing in the library
-    tells, and a wrong claim costs speed (two thread pools), never results.
-
-    Returns what was found there; raises :class:`EngineError` when ``path`` has no ILP64
-    GEMM."""
+    already uses, so that DISC's GEMMs run the same code as eager mode's. Returns what
+    was found there; raises :class:`EngineError` when ``path`` has no ILP64 GEMM."""
     found = _load_blas(str(path))
     if found is None:
         raise EngineError(f"{path} exports no ILP64 Fortran-interface sgemm/dgemm "
                           f"(looked for {', '.join(s for s, _ in GEMM_SYMBOLS)})")
     _preferred[:] = [str(path)]
-    _preferred_openmp[0] = threads_openmp
     blas_functions.cache_clear()
-    return found._replace(threads_openmp=threads_openmp)
+    return found
 
 
 def _symbol_address(lib: Any, name: str) -> int:
@@ -257,16 +238,17 @@ def blas_functions() -> BlasFunctions:
     disc-runtime[onednn]``); a library named by ``DISC_BLAS_LIB`` or preferred by a bridge
     is used alone, so ``DISC_BLAS_LIB`` pointing at numpy's OpenBLAS turns oneDNN off.
     """
+    chosen = []
     override = os.environ.get("DISC_BLAS_LIB")
+    if override:
+        chosen.append(override)
+    chosen += _preferred
     np_dir = os.path.dirname(np.__file__)
     fallback = sorted(glob.glob(os.path.join(np_dir, os.pardir, "numpy.libs",
                                              "libscipy_openblas64_*.so")))
-    found = _first_blas([override]) if override else None
+    found = _first_blas(chosen)
     if found is not None:
-        return found  # nothing is known of how an overriding library threads
-    found = _first_blas(_preferred)
-    if found is not None:
-        return found._replace(threads_openmp=_preferred_openmp[0])
+        return found
     found = _first_blas(fallback)
     if found is not None:
         return found._replace(sgemm_rowmajor=_onednn_sgemm())
@@ -302,8 +284,7 @@ class NativeModule:
         self.n_out = len(self.out_dtypes)
         self.in_specs = [(numpy_dtype(s.dtype), s.rank) for s in sig.inputs]
         self.num_counters = len(artifact.metadata.get("native", {}).get("counters", []))
-        sgemm, dgemm, local, rowmajor, threads_openmp = blas_functions()
-        self.blas_threads_openmp = int(threads_openmp)
+        sgemm, dgemm, local, rowmajor = blas_functions()
         self.sgemm = _ffi.cast("void *", sgemm)
         self.dgemm = _ffi.cast("void *", dgemm)
         self.blas_threads_local = _ffi.cast("int (*)(int)", local)
@@ -326,7 +307,6 @@ class NativeModule:
         env.sgemm, env.dgemm = self.sgemm, self.dgemm
         env.blas_threads_local = self.blas_threads_local
         env.sgemm_rowmajor = self.sgemm_rowmajor
-        env.blas_threads_openmp = self.blas_threads_openmp
         return slot
 
     def run(self, inputs: list[np.ndarray], *, allocate_output: Callable[..., Any] | None = None,

@@ -27,15 +27,6 @@ def torch_blas_library() -> Path | None:
     return lib if lib.exists() else None
 
 
-def mkl_threads_on_openmp() -> bool:
-    """Whether torch's MKL threads on the GNU OpenMP runtime that compiled modules share.
-
-    Torch's Linux wheels link MKL's GNU-OpenMP threading layer and ship ``libgomp.so.1``,
-    which a module's own ``libgomp.so.1`` resolves to once torch is loaded: one runtime,
-    one thread pool. ATen's parallel backend says which runtime torch threads on."""
-    return "ATen parallel backend: OpenMP" in torch.__config__.parallel_info()
-
-
 @functools.lru_cache(maxsize=1)
 def use_torch_blas() -> str | None:
     """Prefer torch's BLAS for native modules loaded from now on; returns its path, or None
@@ -44,7 +35,7 @@ def use_torch_blas() -> str | None:
     if lib is None:
         return None
     try:
-        native.use_blas_library(lib, threads_openmp=mkl_threads_on_openmp())
+        native.use_blas_library(lib)
     except EngineError:
         return None
     return str(lib)

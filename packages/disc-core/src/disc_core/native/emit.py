@@ -1327,13 +1327,7 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
 def gemm_helper(dt: DType) -> str:
     """The C function every GEMM of ``dt`` in a module calls: the batched row-major
     product C[b] = op(A[b]) op(B[b]) through the BLAS of ``disc_env``, split over the
-    module's OpenMP team (batches, else rows or columns), one BLAS thread per member.
-    Returns nonzero when the environment has no such BLAS.
-
-    With fewer batches than threads and a BLAS that threads on the same OpenMP runtime
-    (``blas_threads_openmp``: PyTorch's MKL), the BLAS threads the product itself: on GPT
-    inference that was 3-11% faster per step at short sequences than halves of rows, and
-    even at long ones. A BLAS with its own thread pool never gets that choice.
+    module's OpenMP team. Returns nonzero when the environment has no such BLAS.
 
     One function per module rather than this code at every call site: 26 inlined copies
     (one OpenMP region each) were about 0.7 s of a GPT backward module's 2.7 s C compile.
@@ -1355,24 +1349,12 @@ def gemm_helper(dt: DType) -> str:
         "     is set once, outside the team (in pthread OpenBLAS builds it is global). */",
         "  const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? "
         "omp_get_max_threads() : 1;",
-        "  const int64_t lda = ta ? M : K, ldb = tb ? K : N;",
-        "  const char *opa = ta ? \"T\" : \"N\", *opb = tb ? \"T\" : \"N\";",
-        "  if (nt > 1 && B < nt && env->blas_threads_openmp && env->blas_threads_local) {",
-        "    /* too few batches to go round the team, and the BLAS threads on the same",
-        "       OpenMP runtime: its own partition of one product (shared packing, 2-D",
-        "       blocks) beats halves of rows or columns */",
-        "    const int prev = env->blas_threads_local(nt);",
-        f"    const {t} one = 1, zero = 0;",
-        "    for (int64_t b = 0; b < B; ++b)",
-        f"      ((disc_{fn}_fn)env->{fn})(opb, opa, &N, &M, &K, &one, Bm + b*K*N, &ldb, "
-        "A + b*M*K, &lda, &zero, Cm + b*M*N, &N, 1, 1);",
-        "    env->blas_threads_local(prev);",
-        "    return 0;",
-        "  }",
         "  const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;",
         "  /* a row block [m0, m1) of C reads rows m0.. of A (columns m0.. when A is",
         "     transposed); a column block [n0, n1) reads columns n0.. of B (rows n0.. when B",
         "     is transposed) */",
+        "  const int64_t lda = ta ? M : K, ldb = tb ? K : N;",
+        "  const char *opa = ta ? \"T\" : \"N\", *opb = tb ? \"T\" : \"N\";",
         "  #pragma omp parallel num_threads(nt) if (nt > 1)",
         "  {",
         "    const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
