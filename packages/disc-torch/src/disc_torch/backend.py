@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import TorchRuntimeError
+from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -27,6 +28,7 @@ from .blas import use_torch_blas
 from .cluster import warn_once
 from .config import DiscConfig
 from .decompositions import decomposition_table
+from .joint_cse import cse_joint_graph
 from .partition import partition_and_compile, record_failed_graph
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
@@ -57,6 +59,16 @@ def _graph_compiler(config: DiscConfig, role: str) -> Callable[..., Any]:
     return compile_graph
 
 
+def partition_joint_graph(joint_module: torch.fx.GraphModule, joint_inputs: Any,
+                          **kwargs: Any) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """torch's min-cut partitioner after DISC's own CSE of the joint graph
+    (:mod:`disc_torch.joint_cse`) in place of torch's, which imports most of Inductor."""
+    cse_joint_graph(joint_module.graph)
+    joint_module.recompile()
+    with functorch_config.patch(cse=False):
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
 def _dynamo_control_flow() -> tuple[type[BaseException], ...]:
     import torch._dynamo.exc as dynamo_exc
 
@@ -84,7 +96,7 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         # extra kernel there and saves writing and re-reading every saved intermediate. A
         # view such as the t(weight) of every linear layer is then read in place by the
         # backward's GEMM rather than copied out of the forward.
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=partition_joint_graph,
     )
     try:
         return backend(gm, example_inputs)
