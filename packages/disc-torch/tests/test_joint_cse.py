@@ -80,12 +80,48 @@ def test_values_the_graph_returns_stay_separate() -> None:
     x = g.placeholder("x")
     a = g.call_function(aten.neg.default, (x,))
     b = g.call_function(aten.neg.default, (x,))
-    c = g.call_function(aten.neg.default, (x,))  # not returned: merges
-    g.output((a, b, g.call_function(aten.exp.default, (c,))))
-    assert cse_joint_graph(g) == 1
-    assert _count(g, aten.neg.default) == 2
+    c = g.call_function(aten.neg.default, (x,))  # neither returned: c and d merge
+    d = g.call_function(aten.neg.default, (x,))
+    g.output((a, b, g.call_function(aten.add.Tensor, (c, d))))
+    assert cse_joint_graph(g) == 1  # returned values neither merge nor absorb others
+    assert _count(g, aten.neg.default) == 3
     got = _run(g, torch.ones(2))
     assert got[0].data_ptr() != got[1].data_ptr()
+    torch.testing.assert_close(got[2], torch.full((2,), -2.0))
+
+
+def test_values_whose_storage_is_returned_stay_separate() -> None:
+    """Two equal sums each returned through a view: merging the sums (neither is returned
+    itself) would make the two outputs alias one buffer, which eager never does."""
+    g = fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    xs, ys = torch.randn(2, 3), torch.randn(2, 3)
+    outs = []
+    for _ in range(2):
+        s = g.call_function(aten.add.Tensor, (x, y))
+        s.meta["val"] = xs + ys
+        v = g.call_function(aten.view.default, (s, [6]))
+        v.meta["val"] = s.meta["val"].view(6)
+        outs.append(v)
+    g.output(tuple(outs))
+    assert cse_joint_graph(g) == 0
+    a, b = _run(g, xs, ys)
+    assert a.data_ptr() != b.data_ptr()
+
+
+def test_empty_and_data_dependent_values_never_merge() -> None:
+    g = fx.Graph()
+    x = g.placeholder("x")
+    e1 = g.call_function(aten.empty.memory_format, ([3],), {"dtype": torch.float32})
+    e2 = g.call_function(aten.empty.memory_format, ([3],), {"dtype": torch.float32})
+    n1 = g.call_function(aten.sum.default, (x,))
+    n2 = g.call_function(aten.sum.default, (x,))
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    u = ShapeEnv().create_unbacked_symint()
+    n1.meta["val"] = n2.meta["val"] = u  # stands in for a data-dependent size
+    g.output((g.call_function(aten.add.Tensor, (e1, e2)), g.call_function(aten.add.Tensor,
+                                                                          (n1, n2))))
+    assert cse_joint_graph(g) == 0
 
 
 def test_training_compiles_without_importing_inductor(tmp_path) -> None:

@@ -11,11 +11,13 @@ arithmetic) without it:
 * a node merges into an earlier one with the same target and the same arguments (nodes
   by identity after merging, scalars by type and value: ``add(x, 1)`` is not
   ``add(x, 1.0)``);
-* random ops (tagged ``nondeterministic_seeded``), mutating ops and anything unknown
-  never merge, and a mutating or unknown op ends the region in which values may merge
-  (what torch's mutation regions do);
-* a value the graph returns is never merged away: outputs that eager returns as separate
-  tensors stay separate.
+* random ops (tagged ``nondeterministic_seeded``, or in torch's own list), ``empty``,
+  mutating ops and anything unknown never merge, and a mutating or unknown op ends the
+  region in which values may merge (what torch's mutation regions do);
+* a value whose storage the graph returns (the output itself or what it views) is never
+  merged: outputs that eager returns as separate tensors must not come to alias;
+* a value carrying an unbacked symbol (a data-dependent size) is never merged, as in
+  torch's pass: its users' metadata names that symbol.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch._functorch.compile_utils import get_aten_target, rand_ops
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = ["cse_joint_graph"]
 
@@ -34,6 +39,9 @@ _PURE_FUNCTIONS = {operator.getitem, operator.add, operator.sub, operator.mul,
                    operator.pow, operator.eq, operator.ne, operator.lt, operator.le,
                    operator.gt, operator.ge, torch.sym_sum, torch.sym_max, torch.sym_min,
                    torch.sym_float, torch.sym_int, torch.sym_not}
+
+
+_RANDOM = set(rand_ops)
 
 
 class _Unhashable(Exception):
@@ -60,6 +68,26 @@ def _key(value: Any, rep: dict[fx.Node, fx.Node]) -> Any:
     return (type(value), value)
 
 
+def _storage(node: fx.Node) -> StorageWeakRef | None:
+    """The storage of the tensor a node computes (its fake value's), None for anything
+    else."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        return StorageWeakRef(val.untyped_storage())
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
+def _unbacked(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    try:
+        return bool(free_unbacked_symbols(val)) if val is not None else False
+    except Exception:  # a value free_unbacked_symbols cannot read: treat as data-dependent
+        return True
+
+
 def _kind(node: fx.Node) -> str:
     """'pure' (may merge), 'barrier' (mutates or unknown: ends a region) or 'other' (a
     placeholder, the output, a random op: neither)."""
@@ -69,7 +97,9 @@ def _kind(node: fx.Node) -> str:
     if isinstance(target, torch._ops.OpOverload):
         if target._schema.is_mutable:
             return "barrier"
-        if torch.Tag.nondeterministic_seeded in target.tags:
+        if (torch.Tag.nondeterministic_seeded in target.tags
+                or get_aten_target(node) in _RANDOM
+                or get_aten_target(node) is torch.ops.aten.empty):
             return "other"
         return "pure"
     if target in _PURE_FUNCTIONS:
@@ -81,6 +111,7 @@ def cse_joint_graph(graph: fx.Graph) -> int:
     """Merge duplicate pure nodes of ``graph`` in place; returns how many were removed."""
     output = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
     returned = set(output.all_input_nodes) if output is not None else set()
+    returned_storages = {st for st in map(_storage, returned) if st is not None}
     rep: dict[fx.Node, fx.Node] = {}
     seen: dict[Any, fx.Node] = {}
     removed = 0
@@ -89,7 +120,10 @@ def cse_joint_graph(graph: fx.Graph) -> int:
         if kind == "barrier":
             seen.clear()
             continue
-        if kind != "pure":
+        if kind != "pure" or node in returned or _unbacked(node):
+            continue
+        storage = _storage(node)
+        if storage is not None and storage in returned_storages:
             continue
         try:
             key = (node.target, _key(node.args, rep), _key(node.kwargs, rep))
@@ -98,7 +132,7 @@ def cse_joint_graph(graph: fx.Graph) -> int:
         first = seen.get(key)
         if first is None:
             seen[key] = node
-        elif node not in returned:
+        else:
             node.replace_all_uses_with(first)
             rep[node] = first
             graph.erase_node(node)
