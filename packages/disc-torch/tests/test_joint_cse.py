@@ -10,6 +10,7 @@ import textwrap
 
 import torch
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from disc_torch.joint_cse import cse_joint_graph
 
@@ -116,7 +117,6 @@ def test_empty_and_data_dependent_values_never_merge() -> None:
     e2 = g.call_function(aten.empty.memory_format, ([3],), {"dtype": torch.float32})
     n1 = g.call_function(aten.sum.default, (x,))
     n2 = g.call_function(aten.sum.default, (x,))
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     u = ShapeEnv().create_unbacked_symint()
     n1.meta["val"] = n2.meta["val"] = u  # stands in for a data-dependent size
     g.output((g.call_function(aten.add.Tensor, (e1, e2)), g.call_function(aten.add.Tensor,

@@ -63,8 +63,7 @@ def partition_joint_graph(joint_module: torch.fx.GraphModule, joint_inputs: Any,
                           **kwargs: Any) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """torch's min-cut partitioner after DISC's own CSE of the joint graph
     (:mod:`disc_torch.joint_cse`) in place of torch's, which imports most of Inductor."""
-    cse_joint_graph(joint_module.graph)
-    joint_module.recompile()
+    cse_joint_graph(joint_module.graph)  # min-cut recompiles the module first thing
     with functorch_config.patch(cse=False):
         return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 

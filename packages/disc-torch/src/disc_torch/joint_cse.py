@@ -41,24 +41,26 @@ _PURE_FUNCTIONS = {operator.getitem, operator.add, operator.sub, operator.mul,
                    torch.sym_float, torch.sym_int, torch.sym_not}
 
 
-_RANDOM = set(rand_ops)
+#: ops that never merge although they mutate nothing: random ones and ``empty``
+_NEVER_MERGE = {*rand_ops, torch.ops.aten.empty}
 
 
 class _Unhashable(Exception):
     pass
 
 
-def _key(value: Any, rep: dict[fx.Node, fx.Node]) -> Any:
-    """A hashable stand-in for an argument: nodes by (merged) identity, containers
-    element-wise, scalars with their type."""
+def _key(value: Any) -> Any:
+    """A hashable stand-in for an argument: nodes by identity (a merged node's users
+    already point at the node it merged into), containers element-wise, scalars with
+    their type."""
     if isinstance(value, fx.Node):
-        return ("node", id(rep.get(value, value)))
+        return ("node", id(value))
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_key(v, rep) for v in value))
+        return (type(value).__name__, tuple(map(_key, value)))
     if isinstance(value, dict):
-        return ("dict", tuple(sorted((k, _key(v, rep)) for k, v in value.items())))
+        return ("dict", tuple(sorted((k, _key(v)) for k, v in value.items())))
     if isinstance(value, slice):
-        return ("slice", _key(value.start, rep), _key(value.stop, rep), _key(value.step, rep))
+        return ("slice", _key(value.start), _key(value.stop), _key(value.step))
     if isinstance(value, float) and value != value:
         raise _Unhashable  # NaN equals nothing, not even itself
     try:
@@ -81,11 +83,10 @@ def _storage(node: fx.Node) -> StorageWeakRef | None:
 
 
 def _unbacked(node: fx.Node) -> bool:
+    """A symbolic scalar holding a data-dependent size (what torch's pass leaves alone)."""
     val = node.meta.get("val")
-    try:
-        return bool(free_unbacked_symbols(val)) if val is not None else False
-    except Exception:  # a value free_unbacked_symbols cannot read: treat as data-dependent
-        return True
+    return (isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+            and bool(free_unbacked_symbols(val)))
 
 
 def _kind(node: fx.Node) -> str:
@@ -98,8 +99,7 @@ def _kind(node: fx.Node) -> str:
         if target._schema.is_mutable:
             return "barrier"
         if (torch.Tag.nondeterministic_seeded in target.tags
-                or get_aten_target(node) in _RANDOM
-                or get_aten_target(node) is torch.ops.aten.empty):
+                or get_aten_target(node) in _NEVER_MERGE):
             return "other"
         return "pure"
     if target in _PURE_FUNCTIONS:
@@ -112,7 +112,6 @@ def cse_joint_graph(graph: fx.Graph) -> int:
     output = next((n for n in reversed(graph.nodes) if n.op == "output"), None)
     returned = set(output.all_input_nodes) if output is not None else set()
     returned_storages = {st for st in map(_storage, returned) if st is not None}
-    rep: dict[fx.Node, fx.Node] = {}
     seen: dict[Any, fx.Node] = {}
     removed = 0
     for node in list(graph.nodes):
@@ -126,7 +125,7 @@ def cse_joint_graph(graph: fx.Graph) -> int:
         if storage is not None and storage in returned_storages:
             continue
         try:
-            key = (node.target, _key(node.args, rep), _key(node.kwargs, rep))
+            key = (node.target, _key(node.args), _key(node.kwargs))
         except _Unhashable:
             continue
         first = seen.get(key)
@@ -134,7 +133,6 @@ def cse_joint_graph(graph: fx.Graph) -> int:
             seen[key] = node
         else:
             node.replace_all_uses_with(first)
-            rep[node] = first
             graph.erase_node(node)
             removed += 1
     return removed
