@@ -1,4 +1,8 @@
-"""disc_torch.report() returns this process's coverage report of torch graphs only."""
+"""disc_torch.report(): this process's coverage report of torch graphs only, with per-step
+kernel times when profiling is on."""
+
+import torch
+import torch._dynamo
 
 import disc_torch
 from disc_core import report
@@ -11,3 +15,46 @@ def test_report_lists_only_torch_graphs() -> None:
     names = [g.name for g in disc_torch.report().graphs]
     assert "mine" in names and "theirs" not in names
     assert {r.framework for r in disc_torch.report().runs} == {"torch"}
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8),
+                               torch.nn.LayerNorm(8))
+
+
+def _profiled_clusters(r: report.Report) -> list[report.ClusterRecord]:
+    return [c for g in r.graphs for c in g.clusters if c.profile is not None]
+
+
+def test_profile_option_times_every_step_of_every_cluster() -> None:
+    model = _mlp()
+    fn = disc_torch.optimize(model, profile=True)
+    with torch.no_grad():
+        for n in (3, 7, 1, 40):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(fn(x), model(x), rtol=1e-4, atol=1e-5)
+    r = disc_torch.report()
+    clusters = _profiled_clusters(r)
+    assert clusters, "no cluster carries a profile"
+    for c in clusters:
+        assert c.profile[0].kind == "host"
+        assert {k.calls for k in c.profile} == {c.calls}
+        assert {"kernel", "library"} <= {k.kind for k in c.profile}  # LayerNorm/GELU, GEMMs
+        assert all(k.seconds > 0 for k in c.profile)
+        assert sum(k.seconds for k in c.profile) <= c.seconds
+    hottest = max((k for c in clusters for k in c.profile), key=lambda k: k.seconds)
+    text = report.render_text(r)
+    assert "Kernel time" in text and hottest.name in text
+
+
+def test_profiling_is_off_unless_asked_for(monkeypatch) -> None:
+    model = _mlp()
+    with torch.no_grad():
+        disc_torch.optimize(model)(torch.randn(5, 16))
+    assert not _profiled_clusters(disc_torch.report())
+    monkeypatch.setenv("DISC_PROFILE", "1")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        disc_torch.optimize(_mlp())(torch.randn(5, 16))
+    assert _profiled_clusters(disc_torch.report())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from disc_core.report import (
     ClusterRecord,
     GraphReport,
+    KernelTime,
     NodeRecord,
     ReasonCode,
     Report,
@@ -101,3 +102,17 @@ def hostile() -> Report:
               [(HOSTILE_OP, ReasonCode.NO_CONVERTER, 1)])
     g.nodes[-1].detail = "</td><img src=x onerror=alert(1)>"
     return Report(runs=[run("torch", "r-h")], graphs=[g])
+
+
+def profiled() -> Report:
+    """``torch_report`` with cluster 0 profiled: 12 steps (2 folded into "+2 more"), the
+    GEMM hottest though listed last, a host step, a long op list and a hostile shape."""
+    report = torch_report()
+    steps = [KernelTime(f"kernel{i}", "kernel", ["add", "exp"], 10, 0.001 * (i + 1),
+                        f"[s0, {i}]") for i in range(10)]
+    steps.append(KernelTime("host", "host", [], 10, 0.0005))
+    steps.append(KernelTime("gemm0", "library", ["dot_general"], 10, 0.05, "[s0, 64] x [64, 32]"))
+    steps[3].ops = [f"op_{i}" for i in range(9)]
+    steps[4].shape = "<s0> & |s1|"
+    report.graphs[0].clusters[0].profile = steps
+    return report

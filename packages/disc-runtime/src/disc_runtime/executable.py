@@ -165,6 +165,28 @@ class Executable:
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         return self.run(inputs)
 
+    @property
+    def can_profile(self) -> bool:
+        """Whether the engine times its steps (the native engine does)."""
+        return getattr(self._run_fn, "profiler", None) is not None
+
+    def start_profiling(self) -> None:
+        """Time each step of every later call (kernels, library calls, the engine's host
+        work); :meth:`profile` reads the totals. Raises :class:`EngineError` for an engine
+        without a profiler (check :attr:`can_profile`)."""
+        profiler = getattr(self._run_fn, "profiler", None)
+        if profiler is None:
+            raise EngineError(f"engine {self._artifact.engine!r} cannot profile its steps; "
+                              "the native engine can")
+        profiler.start_profiling()
+
+    def profile(self) -> list[dict[str, Any]] | None:
+        """Per step since :meth:`start_profiling`: ``name``, ``kind`` (``host``,
+        ``kernel``, ``library``, ``scatter``, ``scan``), ``ops``, ``shape``, ``calls`` and
+        total ``seconds``; None when not profiling."""
+        profiler = getattr(self._run_fn, "profiler", None)
+        return None if profiler is None else profiler.profile()
+
     def run(
         self, inputs: Sequence[Any], *, allocate_output: AllocateOutput | None = None
     ) -> list[np.ndarray]:

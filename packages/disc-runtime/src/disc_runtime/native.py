@@ -27,7 +27,7 @@ from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 MODULE_FILE = "native/module.so"
 
 #: The C contract between a compiled module and this engine, in one place: disc-core's
@@ -50,6 +50,11 @@ typedef struct {
      value: transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc; returns a
      status). When set, modules call it for f32 GEMMs instead of sgemm. */
   void *sgemm_rowmajor;
+  /* optional (NULL: off): per-step wall-time profile, 2 + steps int64 slots the module
+     adds to atomically: [0] profiled calls, [1] host nanoseconds (checks, allocation,
+     copies), [2 + i] nanoseconds of step i as the artifact's metadata lists them
+     (native.profile) */
+  int64_t *profile;
 } disc_env;
 """
 ABI_ENTRY = """
@@ -290,6 +295,34 @@ class NativeModule:
         self.blas_threads_local = _ffi.cast("int (*)(int)", local)
         self.sgemm_rowmajor = _ffi.cast("void *", rowmajor)
         self._local = threading.local()
+        #: what each profiled step is (name, kind, ops, shape), in slot order
+        self.profile_steps: list[dict[str, Any]] = list(
+            artifact.metadata.get("native", {}).get("profile", []))
+        self._profile: np.ndarray | None = None
+        self._profile_ptr: Any = _ffi.NULL
+
+    # profiling --------------------------------------------------------------------------
+    def start_profiling(self) -> None:
+        """Time every step of every later call (a clock read per step: about 20 ns each,
+        so leave it off in production); idempotent, keeps what was already measured."""
+        if self._profile is None:
+            self._profile = np.zeros(2 + len(self.profile_steps), np.int64)
+            self._profile_ptr = _ffi.from_buffer("int64_t[]", self._profile)
+
+    def stop_profiling(self) -> None:
+        """Stop timing; :meth:`profile` then says nothing."""
+        self._profile, self._profile_ptr = None, _ffi.NULL
+
+    def profile(self) -> list[dict[str, Any]] | None:
+        """Per step (the module's host work first, as ``host``): name, kind, ops, shape,
+        calls and total seconds since :meth:`start_profiling`; None when not profiling."""
+        if self._profile is None:
+            return None
+        counts = self._profile.copy()  # one read: the module may be adding to it
+        calls = int(counts[0])
+        host = {"name": "host", "kind": "host", "ops": [], "shape": None}
+        return [{**step, "calls": calls, "seconds": int(ns) * 1e-9}
+                for step, ns in zip([host, *self.profile_steps], counts[1:])]
 
     def _slot(self) -> _Slot:
         """This thread's reusable call state (a fresh one if a call is already in flight on
@@ -348,6 +381,7 @@ class NativeModule:
         state.outputs = [None] * self.n_out
         state.allocate = allocate_output
         env = slot.env
+        env.profile = self._profile_ptr
         if counters is not None:
             env.counters = _ffi.from_buffer("int64_t[]", counters)
         try:
@@ -374,7 +408,7 @@ class _Slot:
         self.state = _CallState(dtypes, None)
         self.handle = _ffi.new_handle(self.state)
         self.env = _ffi.new("disc_env *", {"alloc": _alloc, "alloc_ctx": self.handle,
-                                          "counters": _ffi.NULL})
+                                          "counters": _ffi.NULL, "profile": _ffi.NULL})
         self.err = _ffi.new("char[512]")
         self.busy = False
 
@@ -389,4 +423,5 @@ def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:
     run.module = module  # type: ignore[attr-defined]  # tests read counters through it
     run.run_checked = module.run_checked  # type: ignore[attr-defined]  # Executable's hot path
     run.trusted_outputs = True  # type: ignore[attr-defined]  # shapes come from the signature
+    run.profiler = module  # type: ignore[attr-defined]  # Executable.start_profiling
     return run

@@ -9,7 +9,9 @@ the cluster into its eager fallback for good, warns once, and is recorded in the
 
 from __future__ import annotations
 
+import functools
 import time
+import weakref
 from concurrent.futures import Future
 from typing import Any
 
@@ -18,7 +20,7 @@ import torch
 
 from disc_core import fallback
 from disc_core.dtypes import DType
-from disc_core.report import ReasonCode
+from disc_core.report import KernelTime, ReasonCode, get_collector
 from disc_core.symbolic import parse_expr, solve_linear
 
 from .lowering import TORCH_DTYPES, LoweredCluster
@@ -44,6 +46,22 @@ def _as_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+#: clusters whose executables are profiling (config ``profile``): a report snapshot
+#: brings their step times in through the collector's flush hook
+_profiled: weakref.WeakSet[ClusterModule] = weakref.WeakSet()
+
+
+@functools.cache
+def _profile_hook() -> None:
+    """Register, once, the hook that flushes every profiled cluster before a snapshot."""
+    get_collector().add_flush_hook(_flush_profiles)
+
+
+def _flush_profiles() -> None:
+    for module in list(_profiled):
+        module.flush_profile()
+
+
 class Clock:
     """Seconds spent in DISC calls, shared by a graph's clusters: the graph's fallback time
     is its wall time minus this, with no per-call loop over clusters."""
@@ -59,7 +77,7 @@ class ClusterModule(torch.nn.Module):
 
     def __init__(self, fallback: torch.fx.GraphModule, cluster_id: int, recorder: Any,
                  clock: Clock, *, single_output: bool,
-                 accuracy_check: tuple[float, float] | None = None):
+                 accuracy_check: tuple[float, float] | None = None, profile: bool = False):
         super().__init__()
         self.fallback = fallback
         self.cluster_id = cluster_id
@@ -73,6 +91,7 @@ class ClusterModule(torch.nn.Module):
         #: arguments of the cluster itself; more may follow that only bind size symbols
         self.n_own = sum(1 for n in fallback.graph.nodes if n.op == "placeholder")
         self._build: Future | None = None
+        self._profile = profile
         #: argument position -> (parameter, data_ptr, shape, its numpy view) from last call
         self._param_views: dict[int, tuple[torch.Tensor, int, torch.Size, np.ndarray]] = {}
 
@@ -99,6 +118,17 @@ class ClusterModule(torch.nn.Module):
         self._tensor_args = lowered.tensor_args
         self._sources = [(name, _prepare(src)) for name, src in lowered.symbol_sources]
         self._exe = executable
+        if self._profile and executable.can_profile:
+            executable.start_profiling()
+            _profiled.add(self)
+            _profile_hook()
+
+    def flush_profile(self) -> None:
+        """Bring this cluster's step times into its report record (at snapshot time)."""
+        exe = self._exe
+        steps = exe.profile() if exe is not None else None
+        if steps:
+            self._recorder.cluster_profile(self.cluster_id, [KernelTime(**s) for s in steps])
 
     def fail(self, code: ReasonCode, detail: str) -> None:
         """From now on this cluster runs eagerly; say so once and record why."""

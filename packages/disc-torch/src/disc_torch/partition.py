@@ -273,7 +273,7 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
         sub = getattr(gm, f"{prefix}{index}")
         module = ClusterModule(sub, cluster_id, recorder, clock, single_output=False,
                                accuracy_check=(config.rtol, config.atol)
-                               if config.accuracy_check else None)
+                               if config.accuracy_check else None, profile=config.profile)
         setattr(gm, f"{prefix}{index}", module)
         modules.append(module)
         extras: list[torch.fx.Node] = []

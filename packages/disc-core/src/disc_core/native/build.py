@@ -109,6 +109,7 @@ def build_native(graph: Graph, *, vector_report: bool = False,
         data = so.read_bytes()
     meta = {
         "abi": ABI_VERSION, "counters": info.counters, "kernels": info.kernels,
+        "profile": info.profile,
         "units": len(info.sources),
         "fusion": plan.summary(), "needs_blas": info.needs_blas,
         "cc_seconds": round(cc_seconds, 4), "build_seconds": round(time.perf_counter() - t0, 4),

@@ -25,6 +25,7 @@ counter array):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from disc_runtime.native import ABI_TYPES, ABI_VERSION
@@ -61,6 +62,7 @@ PRELUDE = "#include <stdint.h>\n" + ABI_TYPES + r"""
 #include <stdio.h>
 #include <math.h>
 #include <omp.h>
+#include <time.h>
 
 /* Symbolic dim arithmetic. A zero divisor gives 0 instead of trapping (SIGFPE would kill
    the caller's process): such a dim is only legal in an empty tensor, which disc_run checks
@@ -134,6 +136,15 @@ DISC_SIMD double sin(double); DISC_SIMD double cos(double); DISC_SIMD double tan
 DISC_SIMD double pow(double, double); DISC_SIMD double atan2(double, double);
 #endif
 
+/* the per-step profile (disc_env.profile, NULL unless profiling): slot 0 counts calls,
+   slot 1 is host time (checks, allocation, copies), slot 2 + i the wall time of step i, in
+   nanoseconds. Atomic adds: calls may run concurrently on one env's buffer. */
+static inline int64_t disc_now_ns(void) {
+  struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec; }
+#define DISC_PROFILE(slot) do { if (prof) { const int64_t now_ = disc_now_ns(); \
+  __atomic_fetch_add(&env->profile[slot], now_ - prof_t, __ATOMIC_RELAXED); prof_t = now_; } \
+  } while (0)
 #define DISC_FAIL(...) do { snprintf(err, (size_t)errlen, __VA_ARGS__); goto fail; } while (0)
 /* below this many multiply-adds a GEMM runs on one thread (thread start-up would dominate) */
 #define DISC_GEMM_PARALLEL_MIN 262144.0
@@ -175,6 +186,9 @@ class ModuleInfo:
     sources: list[str]
     needs_blas: bool
     counters: list[str] = field(default_factory=list)  # name of each counter slot
+    #: what each step slot of ``disc_env.profile`` times (slot 2 + i): name, kind, ops and
+    #: the iteration space or GEMM shape (see :func:`profile_steps`)
+    profile: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     gemm_dtypes: set[DType] = field(default_factory=set)  # dtypes of its GEMM calls
 
@@ -958,6 +972,7 @@ def vector_speculation(k: Kernel) -> bool:
             and not k.space[-1].is_const)
 
 
+
 def _identity(kind: str, dt: DType) -> str:
     if kind == "sum":
         return literal(0, dt)
@@ -1082,6 +1097,8 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
       "const disc_env *env, char *err, int64_t errlen) {")
     w(f"  int64_t S[{max(len(syms.index), 1)}] = {{0}};")
     w("  char *arena = NULL; (void)S;")
+    w("  const int prof = env->profile != NULL;")
+    w("  int64_t prof_t = prof ? disc_now_ns() : 0;")
     w(f"  if (n_in != {len(graph.inputs)}) DISC_FAIL(\"expected {len(graph.inputs)} inputs\");")
     # bind symbols and check static dims / expressions
     bound: set[str] = set()
@@ -1187,84 +1204,113 @@ def _emit_host(graph: Graph, plan: FusionPlan, syms: _Symbols, consts: _Constant
         return storage[id(g)]
 
     # steps
+    w("  DISC_PROFILE(1);")
     for s in plan.steps:
         if isinstance(s, Alias):
             continue
+        info.profile.append(_profile_entry(s, info.profile))
+        slot = 1 + len(info.profile)
         if isinstance(s, LibraryCall):
             info.needs_blas = True
             L.extend(_emit_gemm(s.op, ptr, syms))
             info.gemm_dtypes.add(s.op.operands[0].dtype)
-            continue
-        if isinstance(s, ScatterCall):
+        elif isinstance(s, ScatterCall):
             L.extend(_emit_scatter(s.op, ptr, syms))
-            continue
-        if isinstance(s, ScanCall):
+        elif isinstance(s, ScanCall):
             L.extend(_emit_scan(s.op, ptr, syms))
-            continue
-        k = s
-        elems = syms.c(product(k.space)) if k.space else "1"
-        args = [f"({'const ' + ctype(v.dtype)} *){ptr(v)}" for v in k.inputs]
-        args += [f"({ctype(o.dtype)} *){ptr(o)}" for o in k.outputs]
-        par = f"({elems}) >= {PAR_MIN}"
-        base = len(info.counters)
-        info.counters += [f"kernel{k.id}.serial", f"kernel{k.id}.parallel"]
-        w("  {")
-        w(f"    const int par = {par};")
-        w(f"    if (env->counters) env->counters[{base} + par] += 1;")
-        if k.speculative:
-            conds = []
-            for (op_id, i), maybe in k.maybe_broadcast.items():
-                op = next(o for o in k.ops if id(o) == op_id)
-                v = op.operands[i]
-                for j, d in maybe.items():
-                    conds.append(f"{syms.c(v.shape[j])} == {syms.c(k.space[d])}")
-                    checks_ = (f"{syms.c(v.shape[j])} != 1 && {syms.c(v.shape[j])} != "
-                               f"{syms.c(k.space[d])}")
-                    w(f"    if ({checks_}) DISC_FAIL(\"{op.name}: operand dim {j} is %lld, "
-                      f"expected 1 or %lld\", (long long){syms.c(v.shape[j])}, "
-                      f"(long long){syms.c(k.space[d])});")
-            info.counters += [f"kernel{k.id}.contiguous", f"kernel{k.id}.strided"]
-            w(f"    const int fast = {' && '.join(conds)};")
-            w(f"    if (env->counters) env->counters[{base + 2} + !fast] += 1;")
-        call = ", ".join(args + ["S", "par"])
-        fast = f"kernel{k.id}_fast({call});"
-        if k.kind == "column":
-            at = len(info.counters)
-            info.counters += [f"kernel{k.id}.column_parallel", f"kernel{k.id}.row_split"]
-            guard = "fast && " if k.speculative else ""
-            cols = syms.c(product(k.space[len(k.outputs[0].producer.attrs["axes"]):]))
-            w(f"    const int rows = {guard}par && (({cols}) + 255) / 256 < "
-              "omp_get_max_threads();")
-            counted = "env->counters && fast" if k.speculative else "env->counters"
-            w(f"    if ({counted}) env->counters[{at} + rows] += 1;")
-            fast = f"{{ if (rows) kernel{k.id}_fast_rows({call}); else {fast} }}"
-        if vector_speculation(k):
-            at = len(info.counters)
-            info.counters += [f"kernel{k.id}.vector_multiple", f"kernel{k.id}.vector_remainder",
-                              f"kernel{k.id}.vector_short"]
-            guard = "fast && " if k.speculative else ""
-            inner = syms.c(k.space[-1])
-            w(f"    const int vec = {guard}({inner}) % DISC_VEC_LANES == 0;")
-            w(f"    const int shortrow = {guard}!vec && ({inner}) < DISC_SHORT_ROW_MAX;")
-            counted = "env->counters && fast" if k.speculative else "env->counters"
-            w(f"    if ({counted}) env->counters[{at} + (vec ? 0 : shortrow ? 2 : 1)] += 1;")
-            fast = (f"{{ if (vec) kernel{k.id}_fast_vec({call}); "
-                    f"else if (shortrow) kernel{k.id}_fast_short({call}); else {fast} }}")
-        if k.speculative:
-            w(f"    if (fast) {fast} else kernel{k.id}_strided({call});")
         else:
-            w(f"    {fast}")
-        w("  }")
+            _emit_launch(s, ptr, syms, info, w)
+        w(f"  DISC_PROFILE({slot});")
     for v, i in copies:
         nbytes = syms.c(product(v.shape) * v.dtype.itemsize)
         w(f"  memcpy(out{i}, {ptr(v)}, (size_t)({nbytes}));")
     w("  free(arena);")
+    w("  DISC_PROFILE(1);")
+    w("  if (prof) __atomic_fetch_add(&env->profile[0], 1, __ATOMIC_RELAXED);")
     w("  return 0;")
     w("fail:")
     w("  free(arena);")
     w("  return 1;")
     w("}")
     return "\n".join(L) + "\n"
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _profile_entry(step: object, done: list[dict]) -> dict:
+    """What one profile slot times, for the report: a name unique in the module, its kind,
+    the core ops it runs and its iteration space (a GEMM: its operand shapes)."""
+    if isinstance(step, Kernel):
+        return {"name": f"kernel{step.id}", "kind": "kernel",
+                "ops": [op.name for op in step.ops], "shape": _shape_text(tuple(step.space))}
+    kind = {LibraryCall: "library", ScatterCall: "scatter", ScanCall: "scan"}[type(step)]
+    op = step.op  # type: ignore[attr-defined]
+    name = {"library": "gemm"}.get(kind, kind)
+    n = sum(1 for e in done if e["kind"] == kind)
+    shape = (" x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])
+             if kind == "library" else _shape_text(tuple(op.results[0].shape)))
+    return {"name": f"{name}{n}", "kind": kind, "ops": [op.name], "shape": shape}
+
+
+def _emit_launch(k: Kernel, ptr: Callable[[Value], str], syms: _Symbols, info: ModuleInfo,
+                 w: Callable[[str], None]) -> None:
+    """The host code that runs fused kernel ``k``: picks its version (serial or parallel,
+    contiguous or strided, vector-multiple, short or remainder rows) and counts the pick."""
+    elems = syms.c(product(k.space)) if k.space else "1"
+    args = [f"({'const ' + ctype(v.dtype)} *){ptr(v)}" for v in k.inputs]
+    args += [f"({ctype(o.dtype)} *){ptr(o)}" for o in k.outputs]
+    par = f"({elems}) >= {PAR_MIN}"
+    base = len(info.counters)
+    info.counters += [f"kernel{k.id}.serial", f"kernel{k.id}.parallel"]
+    w("  {")
+    w(f"    const int par = {par};")
+    w(f"    if (env->counters) env->counters[{base} + par] += 1;")
+    if k.speculative:
+        conds = []
+        for (op_id, i), maybe in k.maybe_broadcast.items():
+            op = next(o for o in k.ops if id(o) == op_id)
+            v = op.operands[i]
+            for j, d in maybe.items():
+                conds.append(f"{syms.c(v.shape[j])} == {syms.c(k.space[d])}")
+                checks_ = (f"{syms.c(v.shape[j])} != 1 && {syms.c(v.shape[j])} != "
+                           f"{syms.c(k.space[d])}")
+                w(f"    if ({checks_}) DISC_FAIL(\"{op.name}: operand dim {j} is %lld, "
+                  f"expected 1 or %lld\", (long long){syms.c(v.shape[j])}, "
+                  f"(long long){syms.c(k.space[d])});")
+        info.counters += [f"kernel{k.id}.contiguous", f"kernel{k.id}.strided"]
+        w(f"    const int fast = {' && '.join(conds)};")
+        w(f"    if (env->counters) env->counters[{base + 2} + !fast] += 1;")
+    call = ", ".join(args + ["S", "par"])
+    fast = f"kernel{k.id}_fast({call});"
+    if k.kind == "column":
+        at = len(info.counters)
+        info.counters += [f"kernel{k.id}.column_parallel", f"kernel{k.id}.row_split"]
+        guard = "fast && " if k.speculative else ""
+        cols = syms.c(product(k.space[len(k.outputs[0].producer.attrs["axes"]):]))
+        w(f"    const int rows = {guard}par && (({cols}) + 255) / 256 < "
+          "omp_get_max_threads();")
+        counted = "env->counters && fast" if k.speculative else "env->counters"
+        w(f"    if ({counted}) env->counters[{at} + rows] += 1;")
+        fast = f"{{ if (rows) kernel{k.id}_fast_rows({call}); else {fast} }}"
+    if vector_speculation(k):
+        at = len(info.counters)
+        info.counters += [f"kernel{k.id}.vector_multiple", f"kernel{k.id}.vector_remainder",
+                          f"kernel{k.id}.vector_short"]
+        guard = "fast && " if k.speculative else ""
+        inner = syms.c(k.space[-1])
+        w(f"    const int vec = {guard}({inner}) % DISC_VEC_LANES == 0;")
+        w(f"    const int shortrow = {guard}!vec && ({inner}) < DISC_SHORT_ROW_MAX;")
+        counted = "env->counters && fast" if k.speculative else "env->counters"
+        w(f"    if ({counted}) env->counters[{at} + (vec ? 0 : shortrow ? 2 : 1)] += 1;")
+        fast = (f"{{ if (vec) kernel{k.id}_fast_vec({call}); "
+                f"else if (shortrow) kernel{k.id}_fast_short({call}); else {fast} }}")
+    if k.speculative:
+        w(f"    if (fast) {fast} else kernel{k.id}_strided({call});")
+    else:
+        w(f"    {fast}")
+    w("  }")
 
 
 def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | None:

@@ -12,6 +12,7 @@ Typical bridge use::
     graph = report.graph_report(name, nodes, clustering, op_type=op_of, support=verdicts)
     recorder = report.get_collector().add_graph(graph, framework="torch", framework_version=v)
     recorder.cluster_call(cluster_id, seconds)      # on every call, O(1)
+    recorder.cluster_profile(cluster_id, steps)     # profiling on: from a flush hook
 """
 
 from ._fields import ReportFormatError
@@ -28,10 +29,12 @@ from .collector import (
 )
 from .files import load, write_report
 from .model import (
+    KERNEL_KINDS,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     ClusterRecord,
     GraphReport,
+    KernelTime,
     NodeRecord,
     ReasonCode,
     Report,
@@ -46,12 +49,14 @@ from .summary import Summary, summarize
 
 __all__ = [
     "ENV_VAR",
+    "KERNEL_KINDS",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "ClusterRecord",
     "Collector",
     "GraphRecorder",
     "GraphReport",
+    "KernelTime",
     "NodeRecord",
     "ReasonCode",
     "Report",

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .files import write_report
-from .model import ClusterRecord, GraphReport, ReasonCode, Report, RunInfo
+from .model import ClusterRecord, GraphReport, KernelTime, ReasonCode, Report, RunInfo
 
 __all__ = [
     "ENV_VAR",
@@ -95,6 +95,19 @@ class GraphRecorder:
             cluster.calls += 1
             if seconds is not None:
                 cluster.seconds = (cluster.seconds or 0.0) + seconds
+
+    def cluster_profile(self, cluster_id: int, entries: list[KernelTime]) -> None:
+        """The cluster's time per kernel, library call and host work so far (replaces the
+        last profile). The native module sums these itself, so a bridge's flush hook
+        (:meth:`Collector.add_flush_hook`) brings them in at snapshot time, not per call."""
+        cluster = self._clusters[cluster_id]
+        steps = list(entries)  # the caller's list may change after this returns
+        for i, step in enumerate(steps):
+            if not isinstance(step, KernelTime):
+                raise TypeError(f"cluster_profile: entries[{i}] is a {type(step).__name__}, "
+                                "not a KernelTime")
+        with self._lock:
+            cluster.profile = steps
 
     def graph_call(self, fallback_seconds: float | None = None) -> None:
         """One call of the whole graph, with the time spent in fallback ops if measured."""

@@ -35,10 +35,12 @@ if TYPE_CHECKING:
     from .summary import Summary
 
 __all__ = [
+    "KERNEL_KINDS",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "ClusterRecord",
     "GraphReport",
+    "KernelTime",
     "NodeRecord",
     "ReasonCode",
     "Report",
@@ -112,6 +114,15 @@ def _put(out: dict[str, Any], key: str, value: Any) -> None:
         out[key] = value.value if isinstance(value, enum.Enum) else value
 
 
+def _texts(f: Fields, key: str) -> list[str]:
+    """An array of strings (node names, op names), each item checked so a bad one is named."""
+    items = f.array(key)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise ReportFormatError(f"{f.where(key)}[{i}]: expected a string")
+    return list(items)
+
+
 @dataclass
 class NodeRecord:
     """One framework node of a captured graph."""
@@ -144,6 +155,53 @@ class NodeRecord:
         )
 
 
+#: Kinds of profiled step the native engine reports: a generated kernel, a library call (a
+#: GEMM), a scatter or scan loop, and the module's host work around them. Readers accept
+#: other kinds too (shown as they are), so a new kind of step needs no schema version.
+KERNEL_KINDS = ("kernel", "library", "scatter", "scan", "host")
+
+
+@dataclass
+class KernelTime:
+    """How long one step of a compiled cluster took over the profiled calls.
+
+    A step is what the native module runs one after the other: a generated kernel
+    (``kernel3``), a library call (``gemm0``), or ``host``: the module's own work around
+    them (argument checks, output allocation, arena setup, final copies). Wall time is
+    measured inside the module around each step, so the steps of a cluster add up to
+    (nearly) its time in native code, and their shares say where it goes.
+    """
+
+    name: str
+    kind: str
+    #: core ops the step runs (``["add", "exp"]``); empty for ``host``
+    ops: list[str]
+    #: profiled calls of the cluster that ran this step
+    calls: int
+    #: total wall seconds of the step over those calls
+    seconds: float
+    #: iteration space or GEMM shape in symbols, as text (``"[s0*s1, 256]"``), when known
+    shape: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "ops": list(self.ops),
+                               "calls": self.calls, "seconds": self.seconds}
+        _put(out, "shape", self.shape)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object, path: str = "step") -> KernelTime:
+        f = Fields(data, path)
+        return cls(
+            name=f.text("name"),
+            kind=f.text("kind"),
+            ops=_texts(f, "ops"),
+            calls=f.count("calls"),
+            seconds=f.number("seconds"),
+            shape=f.text("shape", optional=True),
+        )
+
+
 @dataclass
 class ClusterRecord:
     """A group of nodes compiled into one call, and what compiling and running it cost.
@@ -165,6 +223,9 @@ class ClusterRecord:
     cache_misses: int = 0
     calls: int = 0
     seconds: float | None = None
+    #: Time per kernel, library call and host work when the cluster ran with profiling on;
+    #: None when it did not (profiling slows every call, so it is off by default)
+    profile: list[KernelTime] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "nodes": list(self.nodes)}
@@ -172,18 +233,16 @@ class ClusterRecord:
             _put(out, key, getattr(self, key))
         out.update(cache_hits=self.cache_hits, cache_misses=self.cache_misses, calls=self.calls)
         _put(out, "seconds", self.seconds)
+        if self.profile is not None:
+            out["profile"] = [step.to_dict() for step in self.profile]
         return out
 
     @classmethod
     def from_dict(cls, data: object, path: str = "cluster") -> ClusterRecord:
         f = Fields(data, path)
-        names = f.array("nodes")
-        for i, name in enumerate(names):
-            if not isinstance(name, str):
-                raise ReportFormatError(f"{f.where('nodes')}[{i}]: expected a string")
         return cls(
             id=f.count("id"),
-            nodes=names,
+            nodes=_texts(f, "nodes"),
             fusions=f.count("fusions", optional=True),
             kernels=f.count("kernels", optional=True),
             library_calls=f.count("library_calls", optional=True),
@@ -192,7 +251,17 @@ class ClusterRecord:
             cache_misses=f.count("cache_misses", default=0),
             calls=f.count("calls", default=0),
             seconds=f.number("seconds", optional=True),
+            profile=_profile(f),
         )
+
+
+def _profile(f: Fields) -> list[KernelTime] | None:
+    """``profile`` of a cluster: absent (not profiled) stays None, unlike an empty array."""
+    if f.data.get("profile") is None:
+        return None
+    where = f.where("profile")
+    return [KernelTime.from_dict(step, f"{where}[{i}]")
+            for i, step in enumerate(f.array("profile"))]
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""A self-contained HTML page: summary, op-type bar chart, reasons, clusters, fallback nodes.
+"""A self-contained HTML page: summary, op-type bar chart, reasons, clusters, kernel time
+(when profiled), fallback nodes.
 
 One file with inline CSS, an inline SVG chart drawn here (so it shows even with scripts
 off) and a little vanilla JS for sorting and filtering tables. It loads nothing: a Content
@@ -18,7 +19,16 @@ import html
 
 from .model import ClusterRecord, GraphReport, Report, Status
 from .render_text import summary_line
-from .summary import OpCount, Summary, format_pct
+from .summary import (
+    ClusterTimes,
+    OpCount,
+    Summary,
+    cluster_times,
+    format_pct,
+    mean_us,
+    plural,
+    step_ops,
+)
 
 __all__ = ["COMPILED_COLOR", "FALLBACK_COLOR", "render_html"]
 
@@ -177,6 +187,46 @@ def _cluster_ops(graph: GraphReport, cluster: ClusterRecord) -> str:
     return text + (f", +{len(top) - 6} more" if len(top) > 6 else "")
 
 
+def _share(times: ClusterTimes, seconds: float) -> str:
+    pct = 100.0 * seconds / times.seconds if times.seconds else 0.0
+    return f'<td class="n" data-v="{pct:.3f}">{_e(times.share(seconds))}</td>'
+
+
+def _kernel_rows(times: ClusterTimes) -> list[str]:
+    """A cluster's hottest steps (ops abbreviated; the cell's tooltip lists them all), then
+    one row for the steps left out."""
+    rows = [_num(times.cluster) + f"<td><code>{_e(step.name)}</code></td><td>{_e(step.kind)}</td>"
+            f'<td title="{_e(", ".join(step.ops))}">{_e(step_ops(step))}</td>'
+            f"<td><code>{_e(step.shape or '-')}</code></td>" + _num(step.calls)
+            + _num(1e3 * step.seconds, "{:.3f}") + _num(mean_us(step), "{:.1f}")
+            + _share(times, step.seconds) for step in times.steps]
+    if times.more:
+        rows.append(_num(times.cluster)
+                    + f'<td colspan="5" class="muted">+{_e(plural(times.more, "more step"))}</td>'
+                    + _num(1e3 * times.more_seconds, "{:.3f}") + "<td></td>"
+                    + _share(times, times.more_seconds))
+    return rows
+
+
+def _kernel_time(report: Report, framework: dict[str, str]) -> list[str]:
+    """"Kernel time", one table per graph with profiled clusters; nothing without any. The
+    tables do not sort: a cluster's rows and its "+N more" row belong together."""
+    out = []
+    for g in report.graphs:
+        rows = [row for times in cluster_times(g) for row in _kernel_rows(times)]
+        if rows:
+            out.append(f"<p><b>{_e(g.name)}</b> "
+                       f'<span class="muted">({_e(framework.get(g.run, "?"))})</span></p>'
+                       + _table(["cluster", "step", "kind", "ops", "shape", "calls",
+                                 "total (ms)", "mean (\u00b5s/call)", "share"], rows,
+                                sortable=False))
+    if not out:
+        return []
+    return ["<h2>Kernel time</h2>"
+            '<p class="muted">Hottest steps of each profiled cluster first; share of the '
+            "cluster's profiled time (kernels, library calls and host work).</p>", *out]
+
+
 def _sections(report: Report, s: Summary) -> list[str]:
     framework = {r.id: r.framework or "no framework" for r in report.runs}
     out = []
@@ -236,6 +286,7 @@ def _sections(report: Report, s: Summary) -> list[str]:
              + _num(c.seconds, "{:.3f}") for g, c in clusters]))
     else:
         out.append('<p class="muted">No clusters.</p>')
+    out += _kernel_time(report, framework)
     fallbacks = [(g, n) for g in report.graphs for n in g.nodes if n.status is Status.FALLBACK]
     if fallbacks:
         shown = fallbacks[:MAX_NODE_ROWS]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 import re
 
-from .model import Report
+from .model import GraphReport, Report
 from .render_text import describe_run, summary_line
-from .summary import format_pct, plural
+from .summary import ClusterTimes, cluster_times, format_pct, mean_us, plural, step_ops
 
 __all__ = ["md_escape", "render_markdown"]
 
@@ -37,8 +37,35 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + [""]
 
 
+def _kernel_rows(times: ClusterTimes) -> list[list[str]]:
+    rows = [[str(times.cluster), md_escape(step.name), md_escape(step.kind),
+             md_escape(step_ops(step)), md_escape(step.shape or "-"), str(step.calls),
+             f"{1e3 * step.seconds:.3f}", _num(mean_us(step), "{:.1f}"),
+             times.share(step.seconds)] for step in times.steps]
+    if times.more:
+        rows.append([str(times.cluster), f"+{plural(times.more, 'more step')}", "", "", "", "",
+                     f"{1e3 * times.more_seconds:.3f}", "", times.share(times.more_seconds)])
+    return rows
+
+
+def _kernel_time(graphs: list[GraphReport], frameworks: dict[str, str]) -> list[str]:
+    """"Kernel time": per graph with profiled clusters, their hottest steps first."""
+    out: list[str] = []
+    for graph in graphs:
+        rows = [row for times in cluster_times(graph) for row in _kernel_rows(times)]
+        if rows:
+            framework = md_escape(frameworks.get(graph.run, "?"))
+            out += [f"**{md_escape(graph.name)}** ({framework})", ""]
+            out += _table(["cluster", "step", "kind", "ops", "shape", "calls", "total (ms)",
+                           "mean (µs/call)", "share"], rows)
+    if not out:
+        return []
+    return ["## Kernel time", "", "Hottest steps of each profiled cluster first; share of the "
+            "cluster's profiled time (kernels, library calls and host work).", "", *out]
+
+
 def render_markdown(report: Report, *, top: int = 10) -> str:
-    """A Markdown document: summary line, runs, graphs, fallbacks, clusters."""
+    """A Markdown document: summary line, runs, graphs, fallbacks, clusters, kernel time."""
     summary = report.summary()
     out = ["# DISC coverage report", "", f"**{md_escape(summary_line(summary))}**", ""]
     if report.runs:
@@ -81,4 +108,5 @@ def render_markdown(report: Report, *, top: int = 10) -> str:
               f"{c.cache_hits}/{c.cache_misses}",
               str(c.calls), _num(c.seconds, "{:.3f}")] for g, c in clusters],
         )
+    out += _kernel_time(report.graphs, frameworks)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -7,8 +7,17 @@ The first line answers the question users ask first, in one breath:
 
 from __future__ import annotations
 
-from .model import Report, RunInfo
-from .summary import Summary, fallback_items, format_pct, plural
+from .model import GraphReport, Report, RunInfo
+from .summary import (
+    ClusterTimes,
+    Summary,
+    cluster_times,
+    fallback_items,
+    format_pct,
+    mean_us,
+    plural,
+    step_ops,
+)
 
 __all__ = ["describe_run", "render_text", "summary_line"]
 
@@ -51,8 +60,47 @@ def describe_run(run: RunInfo) -> str:
     return text
 
 
+#: "Kernel time" columns; the numeric ones (calls onwards) are right-aligned.
+_KERNEL_HEADER = ["cluster", "step", "kind", "ops", "shape", "calls", "total ms", "us/call",
+                  "share"]
+_FIRST_NUMERIC = _KERNEL_HEADER.index("calls")
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows padded into columns, text left-aligned and numbers right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) if i >= _FIRST_NUMERIC else cell.ljust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
+
+
+def _kernel_rows(times: ClusterTimes) -> list[list[str]]:
+    rows = []
+    for step in times.steps:
+        mean = mean_us(step)
+        rows.append([str(times.cluster), step.name, step.kind, step_ops(step), step.shape or "-",
+                     str(step.calls), f"{1e3 * step.seconds:.3f}",
+                     "-" if mean is None else f"{mean:.1f}", times.share(step.seconds)])
+    if times.more:
+        rows.append([str(times.cluster), f"+{plural(times.more, 'more step')}", "", "", "", "",
+                     f"{1e3 * times.more_seconds:.3f}", "", times.share(times.more_seconds)])
+    return rows
+
+
+def _kernel_time(graph: GraphReport, framework: str) -> list[str]:
+    """The graph's "Kernel time" table, hottest steps of each profiled cluster first; no
+    lines when no cluster of it was profiled."""
+    rows = [row for times in cluster_times(graph) for row in _kernel_rows(times)]
+    if not rows:
+        return []
+    title = (f"Kernel time, {graph.name} [{framework}] "
+             "(hottest steps first; share of the cluster's profiled time):")
+    return [title] + ["  " + line for line in _aligned([_KERNEL_HEADER, *rows])]
+
+
 def render_text(report: Report, *, top: int = 3) -> str:
-    """The summary line, then runs, graphs, fallback reasons and time (ends with a newline)."""
+    """The summary line, then runs, graphs, fallback reasons, time, and the kernel time of
+    profiled clusters (ends with a newline)."""
     summary = report.summary()
     lines = [summary_line(summary, top=top)]
     if report.runs:
@@ -83,4 +131,6 @@ def render_text(report: Report, *, top: int = 3) -> str:
             f"{_seconds(summary.cluster_seconds)}; "
             f"fallback ops {_seconds(summary.fallback_seconds)}"
         )
+    for graph in report.graphs:
+        lines += _kernel_time(graph, frameworks.get(graph.run, "?"))
     return "\n".join(lines) + "\n"

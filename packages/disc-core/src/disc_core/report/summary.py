@@ -10,17 +10,25 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .model import GraphReport, ReasonCode, Status
+from .model import GraphReport, KernelTime, ReasonCode, Status
 
 __all__ = [
+    "KERNEL_ROWS",
+    "ClusterTimes",
     "FallbackCount",
     "OpCount",
     "Summary",
+    "cluster_times",
     "fallback_items",
     "format_pct",
+    "mean_us",
     "plural",
+    "step_ops",
     "summarize",
 ]
+
+#: Steps each renderer lists per profiled cluster; the rest fold into one "+N more" row.
+KERNEL_ROWS = 10
 
 
 @dataclass(frozen=True)
@@ -209,3 +217,61 @@ def plural(n: int, word: str, words: str | None = None) -> str:
 def fallback_items(items: Sequence[FallbackCount], limit: int) -> str:
     """"aten.nonzero x2 (data-dependent shape), ..." for the first ``limit`` items."""
     return ", ".join(f"{f.op} x{f.count} ({f.reason.label})" for f in items[:limit])
+
+
+@dataclass(frozen=True)
+class ClusterTimes:
+    """One profiled cluster's "Kernel time" rows: the hottest steps first, the rest folded.
+
+    Shares are of the cluster's profiled time (all its steps, host work included), so they
+    say where that cluster's time goes whatever else the graph does.
+    """
+
+    cluster: int
+    #: the ``KERNEL_ROWS`` hottest steps, most seconds first
+    steps: list[KernelTime]
+    #: seconds of all steps, shown and folded
+    seconds: float
+    #: steps left out, and their seconds
+    more: int = 0
+    more_seconds: float = 0.0
+
+    def share(self, seconds: float) -> str:
+        """``seconds`` as a share of the cluster's profiled time ("64.8%", "n/a" for 0 s)."""
+        return format_pct(seconds, self.seconds)
+
+
+def cluster_times(graph: GraphReport, *, top: int = KERNEL_ROWS) -> list[ClusterTimes]:
+    """The profiled clusters of ``graph`` with at least one step, in cluster order."""
+    out = []
+    for cluster in graph.clusters:
+        if not cluster.profile:
+            continue
+        ranked = sorted(cluster.profile, key=lambda step: (-step.seconds, step.name))
+        rest = ranked[top:]
+        out.append(ClusterTimes(
+            cluster=cluster.id,
+            steps=ranked[:top],
+            seconds=sum(step.seconds for step in ranked),
+            more=len(rest),
+            more_seconds=sum(step.seconds for step in rest),
+        ))
+    return out
+
+
+def mean_us(step: KernelTime) -> float | None:
+    """Microseconds per call, None when the step never ran."""
+    return 1e6 * step.seconds / step.calls if step.calls else None
+
+
+def step_ops(step: KernelTime, limit: int = 3, width: int = 40) -> str:
+    """"add, exp, mul, +4 more": a fused kernel can run dozens of ops, and a table cell
+    should still fit a line; "-" when the step runs none (host work)."""
+    shown: list[str] = []
+    for op in step.ops[:limit]:
+        if shown and len(", ".join([*shown, op])) > width:
+            break
+        shown.append(op if len(op) <= width else op[:width - 1] + "\u2026")
+    left = len(step.ops) - len(shown)
+    text = ", ".join(shown) or "-"
+    return f"{text}, +{left} more" if left else text
