@@ -9,7 +9,6 @@ the cluster into its eager fallback for good, warns once, and is recorded in the
 
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from concurrent.futures import Future
@@ -49,12 +48,6 @@ def _as_numpy(t: torch.Tensor) -> np.ndarray:
 #: clusters whose executables are profiling (config ``profile``): a report snapshot
 #: brings their step times in through the collector's flush hook
 _profiled: weakref.WeakSet[ClusterModule] = weakref.WeakSet()
-
-
-@functools.cache
-def _profile_hook() -> None:
-    """Register, once, the hook that flushes every profiled cluster before a snapshot."""
-    get_collector().add_flush_hook(_flush_profiles)
 
 
 def _flush_profiles() -> None:
@@ -121,7 +114,7 @@ class ClusterModule(torch.nn.Module):
         if self._profile and executable.can_profile:
             executable.start_profiling()
             _profiled.add(self)
-            _profile_hook()
+            get_collector().add_flush_hook(_flush_profiles)  # registered once, whoever asks
 
     def flush_profile(self) -> None:
         """Bring this cluster's step times into its report record (at snapshot time)."""
