@@ -176,3 +176,88 @@ def test_use_blas_library_is_preferred_until_the_environment_overrides_it(tmp_pa
                        text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "False"]
+
+
+# -- the measured choice between a bridge's BLAS and numpy's OpenBLAS ----------------------
+
+@pytest.fixture
+def preferred_copy(tmp_path, monkeypatch):
+    """A second copy of numpy's OpenBLAS (other addresses) preferred as a bridge would
+    prefer its framework's BLAS; the process-wide choice is restored afterwards."""
+    copy = tmp_path / "libpreferred_openblas64.so"
+    copy.write_bytes(open(_openblas_path(), "rb").read())
+    monkeypatch.delenv("DISC_BLAS_LIB", raising=False)
+    monkeypatch.delenv("DISC_BLAS_TUNE", raising=False)
+    saved = list(native._preferred)
+    native._preferred[:] = [str(copy)]
+    native.blas_functions.cache_clear()
+    yield str(copy)
+    native._preferred[:] = saved
+    native.blas_functions.cache_clear()
+
+
+def _timed(monkeypatch, seconds_by_path: dict[str, float]) -> list[int]:
+    """Make sgemm_seconds report ``seconds_by_path`` (by library); returns the addresses
+    it was asked to time."""
+    from disc_runtime import blas_timing
+
+    asked: list[int] = []
+    by_address = {native._load_blas(p).sgemm: s for p, s in seconds_by_path.items()}
+
+    def fake(sgemm: int, threads_local: int = 0, **_: object) -> float:
+        asked.append(sgemm)
+        return by_address[sgemm]
+
+    monkeypatch.setattr(blas_timing, "sgemm_seconds", fake)
+    return asked
+
+
+@pytest.mark.parametrize("openblas_seconds,switch", [(0.85, True), (0.95, False), (1.2, False)])
+def test_a_preferred_blas_gives_way_only_to_a_clearly_faster_one(
+        monkeypatch, preferred_copy, openblas_seconds, switch) -> None:
+    asked = _timed(monkeypatch, {preferred_copy: 1.0, _openblas_path(): openblas_seconds})
+    chosen = native.blas_functions()
+    winner = _openblas_path() if switch else preferred_copy
+    assert chosen.sgemm == native._load_blas(winner).sgemm
+    assert chosen.sgemm_rowmajor == 0  # what was measured is what runs
+    assert len(asked) == 4  # each library twice, alternately
+    choice = native.blas_choice()
+    assert choice["library"] == winner
+    assert choice["seconds"] == {preferred_copy: 1.0, _openblas_path(): openblas_seconds}
+
+
+def test_the_preference_holds_unmeasured_when_tuning_is_off_or_overridden(
+        monkeypatch, preferred_copy) -> None:
+    asked = _timed(monkeypatch, {preferred_copy: 1.0, _openblas_path(): 0.1})
+    monkeypatch.setenv("DISC_BLAS_TUNE", "0")
+    native.blas_functions.cache_clear()
+    assert native.blas_functions().sgemm == native._load_blas(preferred_copy).sgemm
+    assert native.blas_choice() == {"library": preferred_copy,
+                                    "reason": "preferred by the bridge"}
+    monkeypatch.delenv("DISC_BLAS_TUNE")
+    monkeypatch.setenv("DISC_BLAS_LIB", preferred_copy)
+    native.blas_functions.cache_clear()
+    assert native.blas_functions().sgemm == native._load_blas(preferred_copy).sgemm
+    assert native.blas_choice()["reason"] == "DISC_BLAS_LIB"
+    assert asked == []
+
+
+def test_gemm_timing_calls_every_layout_correctly() -> None:
+    """The timer's row-major wrapper computes op(A) op(B) for each measured layout, so the
+    times are of real products (and a wrong calling convention would show here)."""
+    import numpy as np
+
+    from disc_runtime import blas_timing
+
+    fns = native._load_blas(_openblas_path())
+    rng = np.random.default_rng(3)
+    for ta, tb, m, n, k in blas_timing.GEMM_SHAPES:
+        m, n, k = m // 8 + 1, n // 8 + 3, k // 8 + 2  # small, odd: layouts, not speed
+        a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+        c = np.full((m, n), np.nan, np.float32)
+        blas_timing.rowmajor_sgemm(fns.sgemm, ta, tb, a, b, c)
+        np.testing.assert_allclose(c, (a.T if ta else a) @ (b.T if tb else b), rtol=1e-4,
+                                   atol=1e-4)
+    seconds = blas_timing.sgemm_seconds(fns.sgemm, fns.set_num_threads_local, repeats=1)
+    assert 0 < seconds < 10

@@ -230,33 +230,86 @@ def _first_blas(paths: list[str]) -> BlasFunctions | None:
     return next((found for found in map(_load_blas, paths) if found is not None), None)
 
 
+def _first_blas_path(paths: list[str]) -> tuple[str, BlasFunctions] | None:
+    for path in paths:
+        found = _load_blas(path)
+        if found is not None:
+            return path, found
+    return None
+
+
+#: a library a bridge preferred gives way to numpy's OpenBLAS only when that measures at
+#: least this much faster (a stable choice where the two are close)
+BLAS_SWITCH_RATIO = 0.9
+_choice: dict[str, Any] = {}
+
+
+def blas_choice() -> dict[str, Any]:
+    """Which library :func:`blas_functions` chose and why: ``library`` (its path, None
+    when none was found), ``reason`` and, when the choice was measured, ``seconds`` (one
+    thread's time for :data:`disc_runtime.blas_timing.GEMM_SHAPES`, per library)."""
+    blas_functions()
+    return dict(_choice)
+
+
+def _measured_choice(preferred: tuple[str, BlasFunctions], challenger: tuple[str, BlasFunctions]
+                     ) -> tuple[str, BlasFunctions]:
+    """The bridge's preferred library, unless ``challenger`` (numpy's OpenBLAS) runs the
+    GEMMs modules make at least 1 / BLAS_SWITCH_RATIO times faster on this machine."""
+    from .blas_timing import sgemm_seconds
+
+    # each timed twice, alternately: a burst of load on the machine hits both alike
+    seconds = {path: float("inf") for path, _ in (preferred, challenger)}
+    for path, fns in (preferred, challenger, preferred, challenger):
+        seconds[path] = min(seconds[path], sgemm_seconds(fns.sgemm, fns.set_num_threads_local))
+    faster = seconds[challenger[0]] < BLAS_SWITCH_RATIO * seconds[preferred[0]]
+    picked = challenger if faster else preferred
+    _choice.update(library=picked[0], seconds=seconds,
+                   reason="measured faster than the preferred library" if faster
+                   else "preferred by the bridge (not measured slower)")
+    return picked
+
+
 @functools.lru_cache(maxsize=1)
 def blas_functions() -> BlasFunctions:
     """The BLAS functions native modules call, looked up once per process (and again after
     :func:`use_blas_library`).
 
-    Searched in ``DISC_BLAS_LIB`` (a shared library path) first, then the library a bridge
-    preferred, then the ILP64 OpenBLAS that numpy wheels ship
-    (``numpy.libs/libscipy_openblas64_*.so``). All zeros when none is found; then only
-    graphs without ``dot_general`` run natively. With numpy's OpenBLAS, f32 GEMMs go to
-    oneDNN's ``dnnl_sgemm`` when oneDNN is installed (``pip install
-    disc-runtime[onednn]``); a library named by ``DISC_BLAS_LIB`` or preferred by a bridge
-    is used alone, so ``DISC_BLAS_LIB`` pointing at numpy's OpenBLAS turns oneDNN off.
+    ``DISC_BLAS_LIB`` (a shared library path) first; else the library a bridge preferred
+    (:func:`use_blas_library`), unless the ILP64 OpenBLAS that numpy wheels ship
+    (``numpy.libs/libscipy_openblas64_*.so``) measures faster on this machine
+    (:func:`_measured_choice`; ``DISC_BLAS_TUNE=0`` keeps the preference unmeasured);
+    else numpy's OpenBLAS. All zeros when none is found; then only graphs without
+    ``dot_general`` run natively. With numpy's OpenBLAS and no preferred library, f32
+    GEMMs go to oneDNN's ``dnnl_sgemm`` when oneDNN is installed (``pip install
+    disc-runtime[onednn]``); a library named by ``DISC_BLAS_LIB``, preferred by a bridge
+    or measured faster than it is used alone (what was measured is what runs), so
+    ``DISC_BLAS_LIB`` pointing at numpy's OpenBLAS turns oneDNN off. :func:`blas_choice`
+    says which library was chosen and why.
     """
-    chosen = []
+    _choice.clear()
     override = os.environ.get("DISC_BLAS_LIB")
     if override:
-        chosen.append(override)
-    chosen += _preferred
+        found = _load_blas(override)
+        if found is not None:
+            _choice.update(library=override, reason="DISC_BLAS_LIB")
+            return found
     np_dir = os.path.dirname(np.__file__)
     fallback = sorted(glob.glob(os.path.join(np_dir, os.pardir, "numpy.libs",
                                              "libscipy_openblas64_*.so")))
-    found = _first_blas(chosen)
+    preferred = _first_blas_path(_preferred)
+    if preferred is not None:
+        challenger = _first_blas_path(fallback)
+        if (challenger is None or os.environ.get("DISC_BLAS_TUNE", "1") == "0"
+                or os.path.realpath(challenger[0]) == os.path.realpath(preferred[0])):
+            _choice.update(library=preferred[0], reason="preferred by the bridge")
+            return preferred[1]
+        return _measured_choice(preferred, challenger)[1]
+    found = _first_blas_path(fallback)
     if found is not None:
-        return found
-    found = _first_blas(fallback)
-    if found is not None:
-        return found._replace(sgemm_rowmajor=_onednn_sgemm())
+        _choice.update(library=found[0], reason="numpy's OpenBLAS")
+        return found[1]._replace(sgemm_rowmajor=_onednn_sgemm())
+    _choice.update(library=None, reason="no ILP64 BLAS found")
     return BlasFunctions(0, 0, 0)
 
 
