@@ -197,18 +197,16 @@ def preferred_copy(tmp_path, monkeypatch):
 
 
 def _timed(monkeypatch, seconds_by_path: dict[str, float]) -> list[int]:
-    """Make sgemm_seconds report ``seconds_by_path`` (by library); returns the addresses
-    it was asked to time."""
-    from disc_runtime import blas_timing
-
+    """Make the GEMM timer report ``seconds_by_path`` (by library); returns the sgemm
+    addresses it was asked to time."""
     asked: list[int] = []
     by_address = {native._load_blas(p).sgemm: s for p, s in seconds_by_path.items()}
 
-    def fake(sgemm: int, threads_local: int = 0, **_: object) -> float:
-        asked.append(sgemm)
-        return by_address[sgemm]
+    def fake(fns: native.BlasFunctions) -> float:
+        asked.append(fns.sgemm)
+        return by_address[fns.sgemm]
 
-    monkeypatch.setattr(blas_timing, "sgemm_seconds", fake)
+    monkeypatch.setattr(native, "_gemm_seconds", fake)
     return asked
 
 
@@ -219,7 +217,8 @@ def test_a_preferred_blas_gives_way_only_to_a_clearly_faster_one(
     chosen = native.blas_functions()
     winner = _openblas_path() if switch else preferred_copy
     assert chosen.sgemm == native._load_blas(winner).sgemm
-    assert chosen.sgemm_rowmajor == 0  # what was measured is what runs
+    # numpy's OpenBLAS comes with oneDNN for f32 when installed (and is measured so)
+    assert chosen.sgemm_rowmajor == (native._onednn_sgemm() if switch else 0)
     assert len(asked) == 4  # each library twice, alternately
     choice = native.blas_choice()
     assert choice["library"] == winner
@@ -261,3 +260,24 @@ def test_gemm_timing_calls_every_layout_correctly() -> None:
                                    atol=1e-4)
     seconds = blas_timing.sgemm_seconds(fns.sgemm, fns.set_num_threads_local, repeats=1)
     assert 0 < seconds < 10
+
+
+def test_onednn_timing_calls_every_layout_correctly() -> None:
+    """The same for oneDNN's row-major sgemm, when the onednn extra is installed."""
+    import numpy as np
+
+    from disc_runtime import blas_timing
+
+    address = native._onednn_sgemm()
+    if not address:
+        pytest.skip("oneDNN is not installed (pip install disc-runtime[onednn])")
+    rng = np.random.default_rng(4)
+    for ta, tb, m, n, k in blas_timing.GEMM_SHAPES:
+        m, n, k = m // 8 + 1, n // 8 + 3, k // 8 + 2
+        a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+        c = np.full((m, n), np.nan, np.float32)
+        blas_timing.onednn_sgemm(address, ta, tb, a, b, c)
+        np.testing.assert_allclose(c, (a.T if ta else a) @ (b.T if tb else b), rtol=1e-4,
+                                   atol=1e-4)
+    assert 0 < blas_timing.rowmajor_sgemm_seconds(address, repeats=1) < 10

@@ -252,16 +252,25 @@ def blas_choice() -> dict[str, Any]:
     return dict(_choice)
 
 
+def _gemm_seconds(fns: BlasFunctions) -> float:
+    """One thread's time for the f32 GEMMs a module makes, through what a module calls:
+    oneDNN's row-major sgemm when ``fns`` has it, else the Fortran sgemm."""
+    from . import blas_timing
+
+    if fns.sgemm_rowmajor:
+        return blas_timing.rowmajor_sgemm_seconds(fns.sgemm_rowmajor)
+    return blas_timing.sgemm_seconds(fns.sgemm, fns.set_num_threads_local)
+
+
 def _measured_choice(preferred: tuple[str, BlasFunctions], challenger: tuple[str, BlasFunctions]
                      ) -> tuple[str, BlasFunctions]:
-    """The bridge's preferred library, unless ``challenger`` (numpy's OpenBLAS) runs the
-    GEMMs modules make at least 1 / BLAS_SWITCH_RATIO times faster on this machine."""
-    from .blas_timing import sgemm_seconds
-
+    """The bridge's preferred library, unless ``challenger`` (numpy's OpenBLAS, with
+    oneDNN for f32 when installed) runs the GEMMs modules make at least
+    1 / BLAS_SWITCH_RATIO times faster on this machine."""
     # each timed twice, alternately: a burst of load on the machine hits both alike
     seconds = {path: float("inf") for path, _ in (preferred, challenger)}
     for path, fns in (preferred, challenger, preferred, challenger):
-        seconds[path] = min(seconds[path], sgemm_seconds(fns.sgemm, fns.set_num_threads_local))
+        seconds[path] = min(seconds[path], _gemm_seconds(fns))
     faster = seconds[challenger[0]] < BLAS_SWITCH_RATIO * seconds[preferred[0]]
     picked = challenger if faster else preferred
     _choice.update(library=picked[0], seconds=seconds,
@@ -280,12 +289,12 @@ def blas_functions() -> BlasFunctions:
     (``numpy.libs/libscipy_openblas64_*.so``) measures faster on this machine
     (:func:`_measured_choice`; ``DISC_BLAS_TUNE=0`` keeps the preference unmeasured);
     else numpy's OpenBLAS. All zeros when none is found; then only graphs without
-    ``dot_general`` run natively. With numpy's OpenBLAS and no preferred library, f32
-    GEMMs go to oneDNN's ``dnnl_sgemm`` when oneDNN is installed (``pip install
-    disc-runtime[onednn]``); a library named by ``DISC_BLAS_LIB``, preferred by a bridge
-    or measured faster than it is used alone (what was measured is what runs), so
-    ``DISC_BLAS_LIB`` pointing at numpy's OpenBLAS turns oneDNN off. :func:`blas_choice`
-    says which library was chosen and why.
+    ``dot_general`` run natively. With numpy's OpenBLAS, f32 GEMMs go to oneDNN's
+    ``dnnl_sgemm`` when oneDNN is installed (``pip install disc-runtime[onednn]``), and
+    that is what is measured against a preferred library; a library named by
+    ``DISC_BLAS_LIB`` or preferred by a bridge is used alone, so ``DISC_BLAS_LIB``
+    pointing at numpy's OpenBLAS turns oneDNN off. :func:`blas_choice` says which
+    library was chosen and why.
     """
     _choice.clear()
     override = os.environ.get("DISC_BLAS_LIB")
@@ -304,6 +313,8 @@ def blas_functions() -> BlasFunctions:
                 or os.path.realpath(challenger[0]) == os.path.realpath(preferred[0])):
             _choice.update(library=preferred[0], reason="preferred by the bridge")
             return preferred[1]
+        path, fns = challenger
+        challenger = (path, fns._replace(sgemm_rowmajor=_onednn_sgemm()))
         return _measured_choice(preferred, challenger)[1]
     found = _first_blas_path(fallback)
     if found is not None:
