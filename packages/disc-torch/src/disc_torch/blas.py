@@ -5,11 +5,13 @@ PyTorch's x86-64 wheels link MKL into ``libtorch_cpu`` and export its ILP64 Fort
 cluster's GEMMs run the same kernels as ``torch.mm`` (MKL skips the zero fill of C that
 OpenBLAS does for ``beta = 0`` and has copy-free kernels for small matrices) and keeps a
 single BLAS and OpenMP runtime in the process. It is a preference, not a rule: the runtime
-measures it against numpy's OpenBLAS once per process and runs the one clearly faster on
-this CPU (on a 2-core AMD EPYC Zen 5, OpenBLAS: GEMMs 10-27% faster, the GPT training step
-1.16x eager instead of 1.01x; see ``disc_runtime.native.blas_choice``). Without MKL (other
-platforms, source builds) the runtime keeps numpy's OpenBLAS; ``DISC_BLAS_LIB`` overrides
-both, ``DISC_BLAS_TUNE=0`` keeps the preference unmeasured.
+measures it against numpy's OpenBLAS with oneDNN's sgemm for f32 (disc-torch installs
+``disc-runtime[onednn]``) once per process and runs the one clearly faster on this CPU. On
+a 2-core AMD EPYC Zen 5, where MKL takes a non-AVX-512 path, oneDNN ran the modules' GEMMs
+2.2x faster and the GPT training step became 1.85x eager instead of 1.01x; see
+``disc_runtime.native.blas_choice``. Without MKL (other platforms, source builds) the
+runtime keeps numpy's OpenBLAS; ``DISC_BLAS_LIB`` overrides both, ``DISC_BLAS_TUNE=0``
+keeps the preference unmeasured.
 """
 
 from __future__ import annotations
