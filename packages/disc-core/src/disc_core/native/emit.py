@@ -148,6 +148,8 @@ static inline int64_t disc_now_ns(void) {
 #define DISC_FAIL(...) do { snprintf(err, (size_t)errlen, __VA_ARGS__); goto fail; } while (0)
 /* below this many multiply-adds a GEMM runs on one thread (thread start-up would dominate) */
 #define DISC_GEMM_PARALLEL_MIN 262144.0
+/* a GEMM splits its K across the team when K is this many times C's longer side */
+#define DISC_GEMM_SPLIT_K_RATIO 8
 #define DISC_BLOCKS_PER_THREAD 4
 /* lanes of a 4-byte element in the widest vectors the target has: kernels have a version
    for innermost extents that are a multiple of it (no remainder loop) */
@@ -1430,17 +1432,20 @@ def _emit_gemm(op: Op, ptr, syms: _Symbols) -> list[str]:
     B = syms.c(product(lhs.shape[:nb]))
     t = ctype(dt)
     return [
-        f"  if (disc_gemm_{t}(env, {int(ta == 112)}, {int(tb == 112)}, {M}, {N}, {K}, {B}, "
-        f"(const {t} *){ptr(lhs)}, (const {t} *){ptr(rhs)}, ({t} *){ptr(op.results[0])}))",
-        f"    DISC_FAIL(\"no BLAS {'sgemm' if dt is DType.F32 else 'dgemm'} was provided to "
-        "this module\");",
+        f"  {{ const int rc = disc_gemm_{t}(env, {int(ta == 112)}, {int(tb == 112)}, {M}, {N}, "
+        f"{K}, {B}, (const {t} *){ptr(lhs)}, (const {t} *){ptr(rhs)}, "
+        f"({t} *){ptr(op.results[0])});",
+        f"    if (rc == 1) DISC_FAIL(\"no BLAS {'sgemm' if dt is DType.F32 else 'dgemm'} was "
+        "provided to this module\");",
+        "    if (rc) DISC_FAIL(\"out of memory for a GEMM's partial sums\"); }",
     ]
 
 
 def gemm_helper(dt: DType) -> str:
     """The C function every GEMM of ``dt`` in a module calls: the batched row-major
     product C[b] = op(A[b]) op(B[b]) through the BLAS of ``disc_env``, split over the
-    module's OpenMP team. Returns nonzero when the environment has no such BLAS.
+    module's OpenMP team. Returns 1 when the environment has no such BLAS, 2 when the
+    partial sums of a split K cannot be allocated.
 
     One function per module rather than this code at every call site: 26 inlined copies
     (one OpenMP region each) were about 0.7 s of a GPT backward module's 2.7 s C compile.
@@ -1468,9 +1473,40 @@ def gemm_helper(dt: DType) -> str:
         "     is transposed) */",
         "  const int64_t lda = ta ? M : K, ldb = tb ? K : N;",
         "  const char *opa = ta ? \"T\" : \"N\", *opb = tb ? \"T\" : \"N\";",
+        "  /* a small C over a long K (a convolution's or small layer's weight gradient:",
+        "     32x27 over 8192 positions) splits K instead: each member multiplies a slice",
+        "     of K into its own partial C, which are then added up (row or column blocks",
+        "     of so small a C leave each BLAS call too little to work on) */",
+        "  const int64_t big = M > N ? M : N;",
+        "  const int by_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;",
+        f"  {t} *parts = by_k ? ({t} *)malloc((size_t)((nt - 1) * B * M * N) * sizeof({t}))"
+        " : NULL;",
+        "  if (by_k && !parts) return 2;",
+        "  int64_t team = 1;",
         "  #pragma omp parallel num_threads(nt) if (nt > 1)",
         "  {",
         "    const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
+        "    if (by_k) {",
+        "      if (tid == 0) team = T;",
+        "      const int64_t k0 = K * tid / T, kb = K * (tid + 1) / T - k0;",
+        f"      {t} *dst = tid == 0 ? Cm : parts + (tid - 1) * B * M * N;",
+        "      const int64_t a_k = ta ? k0 * M : k0, b_k = tb ? k0 : k0 * N;",
+        f"      const {t} one = 1, zero = 0;",
+        "      if (kb == 0) memset(dst, 0, (size_t)(B * M * N) * sizeof(*dst));",
+        "      else for (int64_t b = 0; b < B; ++b) {",
+        *(["        if (rowmajor) rowmajor(*opa, *opb, M, N, kb, 1.0f, A + b*M*K + a_k, lda, "
+           "Bm + b*K*N + b_k, ldb, 0.0f, dst + b*M*N, N); else"] if rowmajor else []),
+        f"        ((disc_{fn}_fn)env->{fn})(opb, opa, &N, &M, &kb, &one, Bm + b*K*N + b_k, "
+        "&ldb, A + b*M*K + a_k, &lda, &zero, dst + b*M*N, &N, 1, 1);",
+        "      }",
+        "      #pragma omp barrier",
+        "      const int64_t total = B * M * N, lo = total * tid / T, hi = total * (tid + 1) / T;",
+        "      for (int64_t t = 1; t < team; ++t) {",
+        f"        const {t} *part = parts + (t - 1) * total;",
+        "        #pragma omp simd",
+        "        for (int64_t i = lo; i < hi; ++i) Cm[i] += part[i];",
+        "      }",
+        "    } else {",
         "    const int by_batch = B >= T, by_rows = !by_batch && M >= N;",
         "    const int64_t b0 = by_batch ? B * tid / T : 0;",
         "    const int64_t b1 = by_batch ? B * (tid + 1) / T : B;",
@@ -1490,7 +1526,9 @@ def gemm_helper(dt: DType) -> str:
         "      for (int64_t b = b0; b < b1; ++b)",
         f"        ((disc_{fn}_fn)env->{fn})(opb, opa, &nb, &mb, &K, &one, Bm + b*K*N + b_off, "
         "&ldb, A + b*M*K + a_off, &lda, &zero, Cm + b*M*N + m0*N + n0, &N, 1, 1);",
+        "    }",
         "  }",
+        "  free(parts);",
         "  if (env->blas_threads_local) env->blas_threads_local(prev);",
         "  return 0;",
         "}",
