@@ -222,6 +222,7 @@ def test_a_preferred_blas_gives_way_only_to_a_clearly_faster_one(
     assert len(asked) == 4  # each library twice, alternately
     choice = native.blas_choice()
     assert choice["library"] == winner
+    assert choice["f32_gemm"] == (native.onednn_library() or winner if switch else winner)
     assert choice["seconds"] == {preferred_copy: 1.0, _openblas_path(): openblas_seconds}
 
 
@@ -231,7 +232,7 @@ def test_the_preference_holds_unmeasured_when_tuning_is_off_or_overridden(
     monkeypatch.setenv("DISC_BLAS_TUNE", "0")
     native.blas_functions.cache_clear()
     assert native.blas_functions().sgemm == native._load_blas(preferred_copy).sgemm
-    assert native.blas_choice() == {"library": preferred_copy,
+    assert native.blas_choice() == {"library": preferred_copy, "f32_gemm": preferred_copy,
                                     "reason": "preferred by the bridge"}
     monkeypatch.delenv("DISC_BLAS_TUNE")
     monkeypatch.setenv("DISC_BLAS_LIB", preferred_copy)

@@ -226,10 +226,6 @@ def _onednn_sgemm() -> int:
         return 0
 
 
-def _first_blas(paths: list[str]) -> BlasFunctions | None:
-    return next((found for found in map(_load_blas, paths) if found is not None), None)
-
-
 def _first_blas_path(paths: list[str]) -> tuple[str, BlasFunctions] | None:
     for path in paths:
         found = _load_blas(path)
@@ -238,18 +234,25 @@ def _first_blas_path(paths: list[str]) -> tuple[str, BlasFunctions] | None:
     return None
 
 
-#: a library a bridge preferred gives way to numpy's OpenBLAS only when that measures at
-#: least this much faster (a stable choice where the two are close)
+#: a library a bridge preferred gives way to numpy's OpenBLAS (with oneDNN for f32) only
+#: when that measures at least this much faster (a stable choice where the two are close)
 BLAS_SWITCH_RATIO = 0.9
 _choice: dict[str, Any] = {}
 
 
 def blas_choice() -> dict[str, Any]:
     """Which library :func:`blas_functions` chose and why: ``library`` (its path, None
-    when none was found), ``reason`` and, when the choice was measured, ``seconds`` (one
-    thread's time for :data:`disc_runtime.blas_timing.GEMM_SHAPES`, per library)."""
+    when none was found), ``f32_gemm`` (the library f32 GEMMs run in: oneDNN's when its
+    row-major sgemm is used), ``reason`` and, when the choice was measured, ``seconds``
+    (one thread's time for :data:`disc_runtime.blas_timing.GEMM_SHAPES`, per library)."""
     blas_functions()
     return dict(_choice)
+
+
+def _record(path: str | None, fns: BlasFunctions, reason: str, **more: Any) -> BlasFunctions:
+    _choice.update(library=path, reason=reason, **more,
+                   f32_gemm=onednn_library() if fns.sgemm_rowmajor else path)
+    return fns
 
 
 def _gemm_seconds(fns: BlasFunctions) -> float:
@@ -272,11 +275,10 @@ def _measured_choice(preferred: tuple[str, BlasFunctions], challenger: tuple[str
     for path, fns in (preferred, challenger, preferred, challenger):
         seconds[path] = min(seconds[path], _gemm_seconds(fns))
     faster = seconds[challenger[0]] < BLAS_SWITCH_RATIO * seconds[preferred[0]]
-    picked = challenger if faster else preferred
-    _choice.update(library=picked[0], seconds=seconds,
-                   reason="measured faster than the preferred library" if faster
-                   else "preferred by the bridge (not measured slower)")
-    return picked
+    path, fns = challenger if faster else preferred
+    _record(path, fns, "measured faster than the preferred library" if faster
+            else "preferred by the bridge (not measured slower)", seconds=seconds)
+    return path, fns
 
 
 @functools.lru_cache(maxsize=1)
@@ -301,8 +303,7 @@ def blas_functions() -> BlasFunctions:
     if override:
         found = _load_blas(override)
         if found is not None:
-            _choice.update(library=override, reason="DISC_BLAS_LIB")
-            return found
+            return _record(override, found, "DISC_BLAS_LIB")
     np_dir = os.path.dirname(np.__file__)
     fallback = sorted(glob.glob(os.path.join(np_dir, os.pardir, "numpy.libs",
                                              "libscipy_openblas64_*.so")))
@@ -311,17 +312,15 @@ def blas_functions() -> BlasFunctions:
         challenger = _first_blas_path(fallback)
         if (challenger is None or os.environ.get("DISC_BLAS_TUNE", "1") == "0"
                 or os.path.realpath(challenger[0]) == os.path.realpath(preferred[0])):
-            _choice.update(library=preferred[0], reason="preferred by the bridge")
-            return preferred[1]
+            return _record(*preferred, "preferred by the bridge")
         path, fns = challenger
         challenger = (path, fns._replace(sgemm_rowmajor=_onednn_sgemm()))
         return _measured_choice(preferred, challenger)[1]
     found = _first_blas_path(fallback)
     if found is not None:
-        _choice.update(library=found[0], reason="numpy's OpenBLAS")
-        return found[1]._replace(sgemm_rowmajor=_onednn_sgemm())
-    _choice.update(library=None, reason="no ILP64 BLAS found")
-    return BlasFunctions(0, 0, 0)
+        return _record(found[0], found[1]._replace(sgemm_rowmajor=_onednn_sgemm()),
+                       "numpy's OpenBLAS")
+    return _record(None, BlasFunctions(0, 0, 0), "no ILP64 BLAS found")
 
 
 def blas_thread_setter() -> int:
