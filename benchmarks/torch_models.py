@@ -19,8 +19,10 @@ the other contenders. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
 Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
-for --quick): one object per (model, mode). Targets are printed as PASS/MISS; a missed target
-does not fail the run, a loss that disagrees with eager does (exit 1).
+for --quick): one object per (model, mode), with the library that ran DISC's GEMMs
+(``disc_gemm_library``: measured per machine, see disc_runtime.native.blas_choice). Targets
+are printed as PASS/MISS; a missed target does not fail the run, a loss that disagrees with
+eager does (exit 1).
 """
 
 from __future__ import annotations
@@ -184,6 +186,7 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
 
     return {
         "model": model_name, "mode": mode, "shapes": shapes, "threads": THREADS,
+        "disc_gemm_library": gemm_library(),
         "disc_compiles": compiles["disc_kernels"], "disc_graphs": compiles["disc"],
         "inductor_compiles": compiles.get("inductor"),
         "speedup_vs_eager": round(ratio("eager"), 3),
@@ -197,6 +200,20 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
         "coverage_pct": round(coverage, 1),
         "max_loss_rel_diff_vs_eager": worst,
     }
+
+
+def gemm_library() -> dict[str, Any]:
+    """Which library ran DISC's GEMMs and why (the runtime measures the candidates on the
+    CPU at hand, so a ratio depends on it): file names, reason, measured seconds."""
+    from disc_runtime.native import blas_choice
+
+    def name(path: str | None) -> str | None:
+        return os.path.basename(path) if path else None
+
+    choice = blas_choice()
+    return {"library": name(choice.get("library")), "f32_gemm": name(choice.get("f32_gemm")),
+            "reason": choice.get("reason"),
+            "seconds": {name(k): round(v, 6) for k, v in choice.get("seconds", {}).items()}}
 
 
 def fresh_first_pass(model_name: str, mode: str, contender: str) -> float:
