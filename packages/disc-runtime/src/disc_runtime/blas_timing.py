@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import cffi
 import numpy as np
 
-__all__ = ["GEMM_SHAPES", "rowmajor_sgemm", "rowmajor_sgemm_seconds", "sgemm_seconds"]
+__all__ = ["GEMM_SHAPES", "fortran_sgemm", "onednn_sgemm", "onednn_sgemm_seconds", "sgemm_seconds"]
 
 _ffi = cffi.FFI()
 _ffi.cdef("""
@@ -44,7 +44,7 @@ GEMM_SHAPES: tuple[tuple[bool, bool, int, int, int], ...] = (
 )
 
 
-def rowmajor_sgemm(sgemm: int, ta: bool, tb: bool, a: np.ndarray, b: np.ndarray,
+def fortran_sgemm(sgemm: int, ta: bool, tb: bool, a: np.ndarray, b: np.ndarray,
                    c: np.ndarray) -> None:
     """``c = op(a) @ op(b)`` (row-major float32 arrays) through the Fortran-interface
     ``sgemm`` at address ``sgemm``: column-major, it computes c' = op(b)' op(a)'."""
@@ -74,7 +74,7 @@ def onednn_sgemm(sgemm_rowmajor: int, ta: bool, tb: bool, a: np.ndarray, b: np.n
         raise RuntimeError(f"dnnl_sgemm returned status {status}")
 
 
-def rowmajor_sgemm_seconds(sgemm_rowmajor: int,
+def onednn_sgemm_seconds(sgemm_rowmajor: int,
                            shapes: Sequence[tuple[bool, bool, int, int, int]] = GEMM_SHAPES,
                            repeats: int = 3) -> float:
     """:func:`sgemm_seconds` for oneDNN's ``dnnl_sgemm``: on one OpenMP thread (inside a
@@ -123,7 +123,7 @@ def sgemm_seconds(sgemm: int, threads_local: int = 0,
     setter = _ffi.cast("disc_threads_local_fn", threads_local) if threads_local else None
     previous = setter(1) if setter is not None else None
     try:
-        return _best_total(lambda ta, tb, a, b, c: rowmajor_sgemm(sgemm, ta, tb, a, b, c),
+        return _best_total(lambda ta, tb, a, b, c: fortran_sgemm(sgemm, ta, tb, a, b, c),
                            shapes, repeats)
     finally:
         if setter is not None:

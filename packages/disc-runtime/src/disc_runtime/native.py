@@ -261,7 +261,7 @@ def _gemm_seconds(fns: BlasFunctions) -> float:
     from . import blas_timing
 
     if fns.sgemm_rowmajor:
-        return blas_timing.rowmajor_sgemm_seconds(fns.sgemm_rowmajor)
+        return blas_timing.onednn_sgemm_seconds(fns.sgemm_rowmajor)
     return blas_timing.sgemm_seconds(fns.sgemm, fns.set_num_threads_local)
 
 

@@ -189,7 +189,7 @@ class ModuleInfo:
     needs_blas: bool
     counters: list[str] = field(default_factory=list)  # name of each counter slot
     #: what each step slot of ``disc_env.profile`` times (slot 2 + i): name, kind, ops and
-    #: the iteration space or GEMM shape (see :func:`profile_steps`)
+    #: the iteration space or GEMM shape (see :func:`_profile_entry`)
     profile: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     gemm_dtypes: set[DType] = field(default_factory=set)  # dtypes of its GEMM calls
@@ -1475,8 +1475,9 @@ def gemm_helper(dt: DType) -> str:
         "  const char *opa = ta ? \"T\" : \"N\", *opb = tb ? \"T\" : \"N\";",
         "  /* a small C over a long K (a convolution's or small layer's weight gradient:",
         "     32x27 over 8192 positions) splits K instead: each member multiplies a slice",
-        "     of K into its own partial C, which are then added up (row or column blocks",
-        "     of so small a C leave each BLAS call too little to work on) */",
+        "     of K into its own partial C (member 0 into C itself), and the partials are",
+        "     added up after (row or column blocks of so small a C leave each BLAS call",
+        "     too little to work on) */",
         "  const int64_t big = M > N ? M : N;",
         "  const int by_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;",
         f"  {t} *parts = by_k ? ({t} *)malloc((size_t)((nt - 1) * B * M * N) * sizeof({t}))"
@@ -1486,46 +1487,41 @@ def gemm_helper(dt: DType) -> str:
         "  #pragma omp parallel num_threads(nt) if (nt > 1)",
         "  {",
         "    const int64_t T = omp_get_num_threads(), tid = omp_get_thread_num();",
-        "    if (by_k) {",
-        "      if (tid == 0) team = T;",
-        "      const int64_t k0 = K * tid / T, kb = K * (tid + 1) / T - k0;",
-        f"      {t} *dst = tid == 0 ? Cm : parts + (tid - 1) * B * M * N;",
-        "      const int64_t a_k = ta ? k0 * M : k0, b_k = tb ? k0 : k0 * N;",
-        f"      const {t} one = 1, zero = 0;",
-        "      if (kb == 0) memset(dst, 0, (size_t)(B * M * N) * sizeof(*dst));",
-        "      else for (int64_t b = 0; b < B; ++b) {",
-        *(["        if (rowmajor) rowmajor(*opa, *opb, M, N, kb, 1.0f, A + b*M*K + a_k, lda, "
-           "Bm + b*K*N + b_k, ldb, 0.0f, dst + b*M*N, N); else"] if rowmajor else []),
-        f"        ((disc_{fn}_fn)env->{fn})(opb, opa, &N, &M, &kb, &one, Bm + b*K*N + b_k, "
-        "&ldb, A + b*M*K + a_k, &lda, &zero, dst + b*M*N, &N, 1, 1);",
-        "      }",
-        "      #pragma omp barrier",
-        "      const int64_t total = B * M * N, lo = total * tid / T, hi = total * (tid + 1) / T;",
-        "      for (int64_t t = 1; t < team; ++t) {",
-        f"        const {t} *part = parts + (t - 1) * total;",
-        "        #pragma omp simd",
-        "        for (int64_t i = lo; i < hi; ++i) Cm[i] += part[i];",
-        "      }",
-        "    } else {",
-        "    const int by_batch = B >= T, by_rows = !by_batch && M >= N;",
+        "    if (by_k && tid == 0) team = T;",
+        "    const int by_batch = !by_k && B >= T, by_rows = !by_k && !by_batch && M >= N;",
+        "    const int by_cols = !by_k && !by_batch && !by_rows;",
         "    const int64_t b0 = by_batch ? B * tid / T : 0;",
         "    const int64_t b1 = by_batch ? B * (tid + 1) / T : B;",
         "    const int64_t m0 = by_rows ? M * tid / T : 0;",
         "    const int64_t m1 = by_rows ? M * (tid + 1) / T : M;",
-        "    const int64_t n0 = (!by_batch && !by_rows) ? N * tid / T : 0;",
-        "    const int64_t n1 = (!by_batch && !by_rows) ? N * (tid + 1) / T : N;",
+        "    const int64_t n0 = by_cols ? N * tid / T : 0;",
+        "    const int64_t n1 = by_cols ? N * (tid + 1) / T : N;",
+        "    const int64_t k0 = by_k ? K * tid / T : 0;",
+        "    const int64_t kb = by_k ? K * (tid + 1) / T - k0 : K;",
         "    const int64_t mb = m1 - m0, nb = n1 - n0;",
-        "    const int64_t a_off = ta ? m0 : m0 * K, b_off = tb ? n0 * K : n0;",
+        "    const int64_t a_off = (ta ? m0 : m0 * K) + (ta ? k0 * M : k0);",
+        "    const int64_t b_off = (tb ? n0 * K : n0) + (tb ? k0 : k0 * N);",
+        f"    {t} *dst = (by_k && tid > 0 ? parts + (tid - 1) * B * M * N : Cm) + m0*N + n0;",
         f"    const {t} one = 1, zero = 0;",
-        "    if (mb > 0 && nb > 0)",
+        "    if (kb == 0)  /* a member of a split K with no slice: its partial is zero */",
+        "      memset(dst, 0, (size_t)(B * M * N) * sizeof(*dst));",
+        "    else if (mb > 0 && nb > 0)",
         *(["      if (rowmajor) for (int64_t b = b0; b < b1; ++b)",
-           "        rowmajor(*opa, *opb, mb, nb, K, 1.0f, A + b*M*K + a_off, lda, "
-           "Bm + b*K*N + b_off, ldb, 0.0f, Cm + b*M*N + m0*N + n0, N);",
+           "        rowmajor(*opa, *opb, mb, nb, kb, 1.0f, A + b*M*K + a_off, lda, "
+           "Bm + b*K*N + b_off, ldb, 0.0f, dst + b*M*N, N);",
            "      else"] if rowmajor else []),
         "      /* row-major C = op(A) op(B) is column-major C' = op(B)' op(A)' */",
         "      for (int64_t b = b0; b < b1; ++b)",
-        f"        ((disc_{fn}_fn)env->{fn})(opb, opa, &nb, &mb, &K, &one, Bm + b*K*N + b_off, "
-        "&ldb, A + b*M*K + a_off, &lda, &zero, Cm + b*M*N + m0*N + n0, &N, 1, 1);",
+        f"        ((disc_{fn}_fn)env->{fn})(opb, opa, &nb, &mb, &kb, &one, Bm + b*K*N + b_off, "
+        "&ldb, A + b*M*K + a_off, &lda, &zero, dst + b*M*N, &N, 1, 1);",
+        "    if (by_k) {",
+        "      #pragma omp barrier",
+        "      const int64_t total = B * M * N, lo = total * tid / T, hi = total * (tid + 1) / T;",
+        "      for (int64_t p = 1; p < team; ++p) {",
+        f"        const {t} *part = parts + (p - 1) * total;",
+        "        #pragma omp simd",
+        "        for (int64_t i = lo; i < hi; ++i) Cm[i] += part[i];",
+        "      }",
         "    }",
         "  }",
         "  free(parts);",

@@ -12,7 +12,7 @@ import re
 
 from .model import GraphReport, Report
 from .render_text import describe_run, summary_line
-from .summary import ClusterTimes, cluster_times, format_pct, mean_us, plural, step_ops
+from .summary import cluster_times, format_pct, kernel_cells, plural
 
 __all__ = ["md_escape", "render_markdown"]
 
@@ -37,22 +37,12 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + [""]
 
 
-def _kernel_rows(times: ClusterTimes) -> list[list[str]]:
-    rows = [[str(times.cluster), md_escape(step.name), md_escape(step.kind),
-             md_escape(step_ops(step)), md_escape(step.shape or "-"), str(step.calls),
-             f"{1e3 * step.seconds:.3f}", _num(mean_us(step), "{:.1f}"),
-             times.share(step.seconds)] for step in times.steps]
-    if times.more:
-        rows.append([str(times.cluster), f"+{plural(times.more, 'more step')}", "", "", "", "",
-                     f"{1e3 * times.more_seconds:.3f}", "", times.share(times.more_seconds)])
-    return rows
-
-
 def _kernel_time(graphs: list[GraphReport], frameworks: dict[str, str]) -> list[str]:
     """"Kernel time": per graph with profiled clusters, their hottest steps first."""
     out: list[str] = []
     for graph in graphs:
-        rows = [row for times in cluster_times(graph) for row in _kernel_rows(times)]
+        rows = [[md_escape(cell) for cell in row]
+                for times in cluster_times(graph) for row in kernel_cells(times)]
         if rows:
             framework = md_escape(frameworks.get(graph.run, "?"))
             out += [f"**{md_escape(graph.name)}** ({framework})", ""]

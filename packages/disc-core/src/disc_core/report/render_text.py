@@ -8,16 +8,7 @@ The first line answers the question users ask first, in one breath:
 from __future__ import annotations
 
 from .model import GraphReport, Report, RunInfo
-from .summary import (
-    ClusterTimes,
-    Summary,
-    cluster_times,
-    fallback_items,
-    format_pct,
-    mean_us,
-    plural,
-    step_ops,
-)
+from .summary import Summary, cluster_times, fallback_items, format_pct, kernel_cells, plural
 
 __all__ = ["describe_run", "render_text", "summary_line"]
 
@@ -74,23 +65,10 @@ def _aligned(rows: list[list[str]]) -> list[str]:
             for row in rows]
 
 
-def _kernel_rows(times: ClusterTimes) -> list[list[str]]:
-    rows = []
-    for step in times.steps:
-        mean = mean_us(step)
-        rows.append([str(times.cluster), step.name, step.kind, step_ops(step), step.shape or "-",
-                     str(step.calls), f"{1e3 * step.seconds:.3f}",
-                     "-" if mean is None else f"{mean:.1f}", times.share(step.seconds)])
-    if times.more:
-        rows.append([str(times.cluster), f"+{plural(times.more, 'more step')}", "", "", "", "",
-                     f"{1e3 * times.more_seconds:.3f}", "", times.share(times.more_seconds)])
-    return rows
-
-
 def _kernel_time(graph: GraphReport, framework: str) -> list[str]:
     """The graph's "Kernel time" table, hottest steps of each profiled cluster first; no
     lines when no cluster of it was profiled."""
-    rows = [row for times in cluster_times(graph) for row in _kernel_rows(times)]
+    rows = [row for times in cluster_times(graph) for row in kernel_cells(times)]
     if not rows:
         return []
     title = (f"Kernel time, {graph.name} [{framework}] "

@@ -21,6 +21,7 @@ __all__ = [
     "cluster_times",
     "fallback_items",
     "format_pct",
+    "kernel_cells",
     "mean_us",
     "plural",
     "step_ops",
@@ -275,3 +276,19 @@ def step_ops(step: KernelTime, limit: int = 3, width: int = 40) -> str:
     left = len(step.ops) - len(shown)
     text = ", ".join(shown) or "-"
     return f"{text}, +{left} more" if left else text
+
+
+def kernel_cells(times: ClusterTimes) -> list[list[str]]:
+    """The plain-text cells of one profiled cluster's "Kernel time" rows (cluster, step,
+    kind, ops, shape, calls, total ms, mean us per call, share), then the "+N more" row:
+    the text and Markdown renderings show these as they are or escaped."""
+    rows = []
+    for step in times.steps:
+        mean = mean_us(step)
+        rows.append([str(times.cluster), step.name, step.kind, step_ops(step), step.shape or "-",
+                     str(step.calls), f"{1e3 * step.seconds:.3f}",
+                     "-" if mean is None else f"{mean:.1f}", times.share(step.seconds)])
+    if times.more:
+        rows.append([str(times.cluster), f"+{plural(times.more, 'more step')}", "", "", "", "",
+                     f"{1e3 * times.more_seconds:.3f}", "", times.share(times.more_seconds)])
+    return rows
