@@ -11,11 +11,13 @@ and contender one untimed call, then ``--repeat`` timed calls back to back; medi
 shape, then the median of the per-shape ratios). DISC's first pass starts from an empty
 compile cache, and so does Inductor's (a fresh TORCHINDUCTOR_CACHE_DIR: a warm Inductor
 cache left in $TMPDIR by an earlier run would make its first pass several times shorter than
-a new machine's); DISC's is then repeated with a warm disk cache after dropping every
-in-memory cache (dynamo's and DISC's), as a new process of a deployed job would see it.
-Eager's and DISC's first passes are also measured in a new process each
+a new machine's). Eager's and DISC's first passes are also measured in a new process each
 (``first_pass_fresh_process_s``), as a user's job starts: in this process DISC's runs after
-the other contenders. Every
+the other contenders. A second new process then runs DISC's again over the disk cache the
+first left (``disc_warm_cache_first_pass_s``: native modules and traced graphs, as the
+next run of a deployed job sees it); the target compares it with eager's new process. In
+new processes the time counts from making the contender (``optimize`` loads the cache
+there), imports excluded. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
 Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -150,7 +153,6 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
 
     import disc_core.report as report
     import disc_torch
-    from disc_torch import backend
 
     torch.manual_seed(0)
     base, batches, shapes = MODELS[model_name](quick)
@@ -168,12 +170,12 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
             summary = disc_torch.report().summary()
             coverage = 100.0 * summary.compiled / max(summary.ops, 1)
         steps[n] = step
-    fresh = {n: fresh_first_pass(model_name, mode, n) for n in ("eager", "disc")}
-    # the same job again with a warm disk cache and nothing in memory
-    torch._dynamo.reset()
-    backend._compilers.clear()
-    _, warm_step = contender("disc", base, mode)
-    warm_first, _ = harness.first_pass(warm_step, batches, float)
+    job_cache = tempfile.mkdtemp(prefix="disc-bench-fresh-")
+    fresh = {"eager": fresh_first_pass(model_name, mode, "eager"),
+             "disc": fresh_first_pass(model_name, mode, "disc", job_cache)}
+    # the same job again in a new process, with the disk cache the first one left
+    # (native modules and traced graphs): as the next run of a deployed job starts
+    warm_first = fresh_first_pass(model_name, mode, "disc", job_cache)
 
     worst = max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(losses["disc"], losses["eager"]))
     timed = batches[:: max(len(batches) // 5, 1)]
@@ -216,10 +218,14 @@ def gemm_library() -> dict[str, Any]:
             "seconds": {name(k): round(v, 6) for k, v in choice.get("seconds", {}).items()}}
 
 
-def fresh_first_pass(model_name: str, mode: str, contender: str) -> float:
-    """The first pass of ``contender`` in a new process, as a user's job starts (DISC from
-    an empty compile cache), rather than after the other contenders in this one."""
-    env = {**os.environ, "DISC_CACHE_DIR": tempfile.mkdtemp(prefix="disc-bench-fresh-")}
+def fresh_first_pass(model_name: str, mode: str, contender: str,
+                     cache_dir: str | None = None) -> float:
+    """The first pass of ``contender`` in a new process, as a user's job starts, rather
+    than after the other contenders in this one; DISC's from ``cache_dir`` (default: an
+    empty one). It counts from making the contender (``disc_torch.optimize`` loads the
+    traced-graph cache there) to the end of the pass; imports are not counted for anyone."""
+    env = {**os.environ,
+           "DISC_CACHE_DIR": cache_dir or tempfile.mkdtemp(prefix="disc-bench-fresh-")}
     out = subprocess.run(
         [sys.executable, __file__, "--threads", str(THREADS), "--fresh-first-pass", model_name,
          mode, contender] + (["--quick"] if ARGS.quick else []),
@@ -228,11 +234,18 @@ def fresh_first_pass(model_name: str, mode: str, contender: str) -> float:
 
 
 def _child_first_pass(model_name: str, mode: str, contender_name: str) -> int:
+    import torch._dynamo  # noqa: F401  (imports are nobody's first pass)
+    import torch.optim  # noqa: F401
+
+    import disc_torch.backend  # noqa: F401
+
     torch.manual_seed(0)
     base, batches, _ = MODELS[model_name](ARGS.quick)
+    start = time.perf_counter()
     _, step = contender(contender_name, base, mode)
+    setup = time.perf_counter() - start
     seconds, _ = harness.first_pass(step, batches, float)
-    print(json.dumps(seconds))
+    print(json.dumps(seconds + setup))
     return 0
 
 
@@ -243,8 +256,9 @@ def targets(row: dict[str, Any]) -> list[str]:
            f"cold first pass <= 10 s: {'PASS' if first['disc'] <= 10 else 'MISS'}"
            f" (in a fresh process: {row['first_pass_fresh_process_s']['disc']} s, "
            f"{'PASS' if row['first_pass_fresh_process_s']['disc'] <= 10 else 'MISS'})",
-           "warm-cache first pass <= 1.5x eager: "
-           + ("PASS" if row["disc_warm_cache_first_pass_s"] <= 1.5 * first["eager"] else "MISS")]
+           "warm-cache first pass <= 1.5x eager's (new processes each): "
+           + ("PASS" if row["disc_warm_cache_first_pass_s"]
+              <= 1.5 * row["first_pass_fresh_process_s"]["eager"] else "MISS")]
     return out
 
 

@@ -74,6 +74,22 @@ def test_second_compiler_hits_disk_and_tampered_entry_is_rebuilt(tmp_path) -> No
     np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6)
 
 
+def test_compile_text_hits_by_text_and_builds_from_it_on_a_miss(tmp_path) -> None:
+    g = softmax_graph()
+    text, types = str(g), [(v.dtype.np_name, v.rank) for v in g.inputs]
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    cold = Compiler(CompileCache(tmp_path / "cold"))
+    exe, source = cold.compile_text(text, types)  # a miss: parsed and built from the text
+    assert source == "miss" and cold.stats.compiles == 1
+    np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6, atol=1e-7)
+    warm = Compiler(CompileCache(tmp_path / "warm"))
+    warm.compile(g)
+    again = Compiler(CompileCache(tmp_path / "warm"))
+    exe, source = again.compile_text(text, types)  # the same key as compiling the graph
+    assert (source, again.stats.compiles) == ("disk", 0)
+    np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6, atol=1e-7)
+
+
 def test_optimized_artifact_keeps_numerics(tmp_path) -> None:
     b = GraphBuilder("opt")
     x = b.input("x", "f32", ["N"])

@@ -37,6 +37,7 @@ from ._version import __version__
 from .ir import Graph, TensorType
 from .native.build import NATIVE_ENGINE, build_native, native_target
 from .native.fusion import NativeUnsupported
+from .parser import parse_graph
 from .passes import default_pipeline
 
 engine.register()
@@ -134,13 +135,21 @@ class Compiler:
         return self._lookup(text, [(v.dtype.np_name, v.rank) for v in graph.inputs], graph,
                             compiling)
 
+    def compile_text(self, text: str, input_types: Sequence[Sequence[Any]]
+                     ) -> tuple[Executable, str]:
+        """Like :meth:`compile_traced` for a graph given as the text it prints, with its
+        inputs' (numpy dtype name, rank): what a bridge keeps of a compiled graph. A
+        cache hit never parses the text; a miss parses and builds it."""
+        return self._lookup(text, [tuple(t) for t in input_types], None)
+
     def _get(self, text: str, input_types: Sequence[tuple[str, int]], graph: Graph
              ) -> Executable:
         return self._lookup(text, input_types, graph)[0]
 
-    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]], graph: Graph,
+    def _lookup(self, text: str, input_types: Sequence[tuple[str, int]], graph: Graph | None,
                 compiling: Callable[[], None] | None = None) -> tuple[Executable, str]:
-        """``text`` is what ``graph`` prints (the cache key); a build clones ``graph``."""
+        """``text`` is what ``graph`` prints (the cache key); a build clones ``graph``
+        (parses ``text`` when there is no graph)."""
         key = self.key(text, input_types)
         exe = self._executables.get(key)
         if exe is not None:
@@ -155,9 +164,10 @@ class Compiler:
             self._executables.setdefault(key, exe)
         return self._executables[key], source
 
-    def _build(self, text: str, key: str, path: Path, source: Graph,
+    def _build(self, text: str, key: str, path: Path, source: Graph | None,
                compiling: Callable[[], None] | None) -> Artifact:
-        graph = source.clone()  # a private copy: passes mutate
+        # a private copy: passes mutate
+        graph = source.clone() if source is not None else parse_graph(text)
         graph.verify()
         if self.optimize:
             default_pipeline().run(graph)

@@ -15,21 +15,23 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch._dynamo.config as dynamo_config
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import TorchRuntimeError
 from torch._functorch import config as functorch_config
-from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler, make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from disc_core.compiler import Compiler
 from disc_core.report import configure as configure_report
 
 from .blas import use_torch_blas
-from .cluster import warn_once
+from .cluster import Clock, warn_once
 from .config import DiscConfig
 from .decompositions import decomposition_table
 from .joint_cse import cse_joint_graph
-from .partition import partition_and_compile, record_failed_graph
+from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
+from .precompile import DiscOutputCode, GraphPackage, caching_graphs
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -46,16 +48,25 @@ def get_compiler(target: str = "auto") -> Compiler:
         return _compilers[target]
 
 
-def _graph_compiler(config: DiscConfig, role: str) -> Callable[..., Any]:
+def _graph_compiler(config: DiscConfig, role: str, serializable: bool) -> Callable[..., Any]:
+    """aot_autograd's compiler of one role. ``serializable``: return every graph as a
+    :class:`~disc_torch.precompile.DiscOutputCode`, which aot_autograd bundles into
+    dynamo's precompile package (:mod:`disc_torch.precompile`)."""
+
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         try:
-            return partition_and_compile(gm, config, get_compiler(config.target), role)
+            graph = partition_and_compile(gm, config, get_compiler(config.target), role)
         except Exception as exc:  # DISC must never break the user's program
             detail = f"partitioning the graph failed ({type(exc).__name__}: {exc})"
             warn_once(f"DISC: a {role} graph runs eagerly: {detail}")
-            record_failed_graph(gm, role, detail)
-            return make_boxed_func(gm)  # aot_autograd calls compiled graphs boxed
+            recorder = record_failed_graph(gm, role, detail)
+            if not serializable:
+                return make_boxed_func(gm)  # aot_autograd calls compiled graphs boxed
+            graph = PartitionedGraph(gm, [], recorder, Clock())
+        return DiscOutputCode(graph=graph, target=config.target) if serializable else graph
 
+    if serializable:
+        return SerializableAOTDispatchCompiler(DiscOutputCode, compile_graph)
     return compile_graph
 
 
@@ -84,10 +95,13 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     config = DiscConfig.resolve({**(options or {}), **kwargs})
     if config.report_path:
         configure_report(config.report_path)
+    # dynamo keeps this graph across processes (disc_torch.optimize turns it on, or
+    # TORCH_CACHING_PRECOMPILE=1 with torch.compile): compile it into a form it can keep
+    serializable = bool(dynamo_config.caching_precompile) and config.cache_graphs
     backend = aot_autograd(
-        fw_compiler=_graph_compiler(config, "forward"),
-        bw_compiler=_graph_compiler(config, "backward"),
-        inference_compiler=_graph_compiler(config, "inference"),
+        fw_compiler=_graph_compiler(config, "forward", serializable),
+        bw_compiler=_graph_compiler(config, "backward", serializable),
+        inference_compiler=_graph_compiler(config, "inference", serializable),
         decompositions=decomposition_table(),
         keep_inference_input_mutations=True,
         # Like Inductor: the forward saves few tensors and the backward recomputes cheap,
@@ -141,15 +155,25 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     :func:`tracing_config`).
     """
     config = DiscConfig.resolve(options)
-    compiled = torch.compile(model_or_fn, backend=disc_backend, dynamic=config.dynamic,
-                             options=dict(options))
+    package = _open_package(model_or_fn, config)
+    compiled = torch._dynamo.optimize(
+        backend=torch._TorchCompileWrapper(disc_backend, None, dict(options), config.dynamic),
+        dynamic=config.dynamic, package=package.package if package else None)(model_or_fn)
+    saved = [0]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with tracing_config(config.specialize_floats), caching_graphs(package is not None):
+            out = compiled(*args, **kwargs)
+        if package is not None and len(package.package.cached_backends) != saved[0]:
+            saved[0] = len(package.package.cached_backends)
+            package.save_if_grown()
+        return out
 
     @functools.wraps(model_or_fn if callable(model_or_fn) and not isinstance(
         model_or_fn, torch.nn.Module) else model_or_fn.forward)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            with tracing_config(config.specialize_floats):
-                return compiled(*args, **kwargs)
+            return call(*args, **kwargs)
         except TorchRuntimeError as exc:
             # torch's own shape reasoning can fail where sizes 0 and 1 are treated like any
             # other (torch 2.13: an integer tensor with an empty middle dim promoted to
@@ -158,11 +182,25 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
             warn_once(f"DISC: tracing with sizes 0 and 1 treated like other sizes failed "
                       f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); that call "
                       "is traced with torch's own rules for them")
-            return compiled(*args, **kwargs)
+            with caching_graphs(package is not None):
+                return compiled(*args, **kwargs)
 
     if isinstance(model_or_fn, torch.nn.Module):
         return _OptimizedModule(model_or_fn, compiled, run)
     return run
+
+
+def _open_package(model_or_fn: Any, config: DiscConfig) -> GraphPackage | None:
+    """The traced-graph package of this callable (``cache_graphs``), loaded when a
+    previous process left one; None when off or when it cannot be opened."""
+    if not config.cache_graphs:
+        return None
+    try:
+        return GraphPackage(model_or_fn, config, get_compiler(config.target).cache.directory)
+    except Exception as exc:  # never a reason to fail: trace as without the cache
+        warn_once(f"DISC: the traced-graph cache is off for this callable "
+                  f"({type(exc).__name__}: {exc})")
+        return None
 
 
 class _OptimizedModule(torch.nn.Module):

@@ -70,7 +70,10 @@ class ClusterModule(torch.nn.Module):
 
     def __init__(self, fallback: torch.fx.GraphModule, cluster_id: int, recorder: Any,
                  clock: Clock, *, single_output: bool,
-                 accuracy_check: tuple[float, float] | None = None, profile: bool = False):
+                 accuracy_check: tuple[float, float] | None = None, profile: bool = False,
+                 arity: tuple[int, int] | None = None):
+        """``arity``: (arguments, ops) of ``fallback`` when it is not an FX GraphModule
+        (a cluster thawed from the graph cache, :mod:`disc_torch.frozen`)."""
         super().__init__()
         self.fallback = fallback
         self.cluster_id = cluster_id
@@ -82,7 +85,11 @@ class ClusterModule(torch.nn.Module):
         self._check = accuracy_check
         self._checks_left = 3 if accuracy_check else 0
         #: arguments of the cluster itself; more may follow that only bind size symbols
-        self.n_own = sum(1 for n in fallback.graph.nodes if n.op == "placeholder")
+        if arity is None:
+            nodes = fallback.graph.nodes
+            arity = (sum(1 for n in nodes if n.op == "placeholder"),
+                     sum(1 for n in nodes if n.op == "call_function"))
+        self.n_own, self.n_ops = arity
         self._build: Future | None = None
         self._profile = profile
         #: argument position -> (parameter, data_ptr, shape, its numpy view) from last call
@@ -108,13 +115,40 @@ class ClusterModule(torch.nn.Module):
         return self._exe is not None
 
     def attach(self, lowered: LoweredCluster, executable: Any) -> None:
-        self._tensor_args = lowered.tensor_args
-        self._sources = [(name, _prepare(src)) for name, src in lowered.symbol_sources]
+        self._lowered = lowered  # kept for frozen_state: the graph cache stores its text
+        self.attach_frozen(lowered.tensor_args, lowered.symbol_sources, executable)
+
+    def attach_frozen(self, tensor_args: list[int], symbol_sources: list[tuple[str, tuple]],
+                      executable: Any, source: tuple[str, list] | None = None) -> None:
+        """Run ``executable`` from now on, fed as :class:`LoweredCluster` says; ``source``
+        is its core graph's (text, input types) when there is no lowered graph."""
+        self._source_text = source
+        self._tensor_args = list(tensor_args)
+        self._raw_sources = list(symbol_sources)
+        self._sources = [(name, _prepare(src)) for name, src in symbol_sources]
         self._exe = executable
         if self._profile and executable.can_profile:
             executable.start_profiling()
             _profiled.add(self)
             get_collector().add_flush_hook(_flush_profiles)  # registered once, whoever asks
+
+    def frozen_state(self) -> dict[str, Any]:
+        """What :mod:`disc_torch.frozen` keeps of this cluster (after its build):
+        its core graph as text (the compile-cache key) and how its inputs are fed; or
+        that it runs eagerly."""
+        state: dict[str, Any] = {
+            "cluster_id": self.cluster_id, "single_output": self._single,
+            "check": self._check, "profile": self._profile, "failed": not self.compiled,
+            "arity": (self.n_own, self.n_ops)}
+        if self._exe is not None:
+            if self._source_text is not None:
+                text, types = self._source_text
+            else:
+                graph = self._lowered.graph
+                text, types = str(graph), [(v.dtype.np_name, v.rank) for v in graph.inputs]
+            state.update(graph_text=text, input_types=[list(t) for t in types],
+                         tensor_args=self._tensor_args, symbol_sources=self._raw_sources)
+        return state
 
     def flush_profile(self) -> None:
         """Bring this cluster's step times into its report record (at snapshot time)."""
@@ -127,11 +161,8 @@ class ClusterModule(torch.nn.Module):
         """From now on this cluster runs eagerly; say so once and record why."""
         self._exe = None
         self._recorder.cluster_failed(self.cluster_id, code, detail)
-        warn_once(f"DISC: a cluster of {len(self._op_nodes())} ops runs eagerly ({code.value}): "
+        warn_once(f"DISC: a cluster of {self.n_ops} ops runs eagerly ({code.value}): "
                   f"{detail}")
-
-    def _op_nodes(self) -> list[torch.fx.Node]:
-        return [n for n in self.fallback.graph.nodes if n.op == "call_function"]
 
     def forward(self, *args: Any) -> Any:
         if self._build is not None:

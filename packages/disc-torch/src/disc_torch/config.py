@@ -24,6 +24,7 @@ ENV_VARS = {
     "accuracy_check": "DISC_ACCURACY_CHECK",
     "target": "DISC_TARGET",
     "profile": "DISC_PROFILE",
+    "cache_graphs": "DISC_CACHE_GRAPHS",
 }
 
 
@@ -47,6 +48,11 @@ class DiscConfig:
             report's clusters then carry a ``profile`` (the hottest steps first in its
             renderings). Costs a clock read per step (tens of ns): for finding where time
             goes, not for production.
+        cache_graphs: ``optimize`` keeps what it traced (dynamo's transformed code and
+            guards, aot_autograd's graphs, DISC's partition) in the compile cache's
+            directory, so a new process with the same model and code starts without
+            tracing (:mod:`disc_torch.precompile`). With ``torch.compile(...,
+            backend="disc")`` this follows torch's own ``TORCH_CACHING_PRECOMPILE``.
     """
 
     min_cluster_size: int = 2
@@ -59,6 +65,7 @@ class DiscConfig:
     dynamic: bool = True
     specialize_floats: bool = True
     profile: bool = False
+    cache_graphs: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.excluded_ops, str):

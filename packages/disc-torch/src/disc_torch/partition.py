@@ -42,7 +42,7 @@ class PartitionedGraph:
                  clock: Clock):
         self.gm = gm
         self.clusters = clusters
-        self._recorder = recorder
+        self.recorder = recorder
         self._clock = clock
         self._boxed_call = True
 
@@ -52,7 +52,7 @@ class PartitionedGraph:
         out = self.gm(*args)
         args.clear()
         total = time.perf_counter() - start
-        self._recorder.graph_call(max(total - (self._clock.seconds - before), 0.0))
+        self.recorder.graph_call(max(total - (self._clock.seconds - before), 0.0))
         return out
 
 
@@ -210,13 +210,13 @@ def _returned_input_views(gm: torch.fx.GraphModule, visible: int | None) -> set[
     return found
 
 
-def record_failed_graph(gm: torch.fx.GraphModule, role: str, detail: str) -> None:
+def record_failed_graph(gm: torch.fx.GraphModule, role: str, detail: str) -> Any:
     """Report a graph that runs eagerly because partitioning it failed: every op falls
-    back, with the failure as the reason."""
+    back, with the failure as the reason. Returns the graph's recorder."""
     name = f"{role}_{next(_graph_ids)}"
     nodes = [n for n in gm.graph.nodes if is_tensor_node(n)]
     verdicts = {n: Support(False, detail, code=ReasonCode.COMPILE_ERROR) for n in nodes}
-    _report(name, nodes, find_clusters(nodes, [], verdicts), verdicts)
+    return _report(name, nodes, find_clusters(nodes, [], verdicts), verdicts)
 
 
 def _report(name: str, nodes: list[torch.fx.Node], clustering: Any,

@@ -1,0 +1,242 @@
+"""Traced graphs on disk: a new process with the same model and code skips tracing.
+
+Tracing dominates a warm start (dynamo's bytecode analysis, aot_autograd's joint trace and
+partition, DISC's lowering: about 2.5 s of a 3.3 s first pass over the GPT stream, where
+the native modules themselves come from the compile cache in milliseconds). torch keeps a
+compiled function across processes through dynamo's *precompile* packages: the transformed
+bytecode and its guards, plus one serialized artifact per backend graph. DISC plugs into it
+as a serializable aot_autograd compiler: every compiled graph is a :class:`DiscOutputCode`,
+which aot_autograd bundles with its own runtime metadata (input mutations, aliased
+outputs, saved tensors), so the reloaded callable is torch's own wrapper around the same
+partitioned graphs. :mod:`disc_torch.frozen` turns those into plain data.
+
+One package per optimized callable lives under the compile cache's directory, in
+``torch-graphs-v1/<key>.pkl``. The key covers the function's source and qualified name, the
+module's structure (``repr`` and types of every submodule), the DISC options and the
+torch, DISC and Python versions; dynamo's guards, kept in the package, check the rest
+(shapes, dtypes, grad mode) on every call as usual, and a miss traces and adds to the
+package. What dynamo cannot keep across processes (guards on object identity) it drops:
+that is why the module's structure is in the key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import itertools
+import logging
+import os
+import pickle
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._dynamo.package import CompilePackage, PrecompileCacheEntry
+from torch._dynamo.precompile_context import PrecompileContext
+from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+from torch._inductor.output_code import OutputCode
+
+from .cluster import warn_once
+from .frozen import FreezeError, freeze_graph, thaw_graph
+
+__all__ = ["DiscOutputCode", "GraphPackage", "caching_graphs"]
+
+LAYOUT = "torch-graphs-v1"
+
+
+@dataclasses.dataclass
+class DiscOutputCode(OutputCode):
+    """A DISC-partitioned graph as aot_autograd's serializable compiled-graph type.
+
+    Live, it holds the :class:`~disc_torch.partition.PartitionedGraph`; prepared for
+    serialization (on a copy, by aot_autograd), it holds the frozen data instead; after
+    loading, ``post_compile`` thaws it with the process's DISC compiler."""
+
+    graph: Any = None
+    frozen: dict[str, Any] | None = None
+    target: str = "auto"
+
+    def __post_init__(self) -> None:
+        # called with one list of arguments, which it may clear; an instance attribute, so
+        # that the wrappers aot_autograd puts around a backward (functools.wraps) copy it
+        self._boxed_call = True
+
+    def __call__(self, inputs: Any) -> Any:
+        return self.graph(inputs)
+
+    def prepare_for_serialization(self) -> None:
+        try:
+            self.frozen = freeze_graph(self.graph)
+        except FreezeError as exc:  # torch then keeps no package entry for this graph
+            raise BypassAOTAutogradCache(f"DISC: {exc}") from exc
+        self.graph = None
+
+    def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
+        if self.graph is None:
+            from .backend import get_compiler
+
+            self.graph = thaw_graph(self.frozen, get_compiler(self.target))
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        pass  # no Triton kernels
+
+
+@functools.cache
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def _module_digest(module_name: str) -> str:
+    """The source file of a module, hashed (any edit of it changes the key: cheaper and
+    stricter than locating one class's source, which parses the whole file)."""
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    return _file_digest(path) if path else "no-file"
+
+
+def _stable_repr(value: Any) -> str:
+    """repr with sets sorted (a set of strings prints in a per-process hash order)."""
+    return repr(sorted(value)) if isinstance(value, (set, frozenset)) else repr(value)
+
+
+def package_key(model_or_fn: Any, config: Any) -> str:
+    """What a cached package is valid for (see the module docstring)."""
+    from torch._dynamo.eval_frame import innermost_fn
+
+    from disc_core import __version__ as core_version
+
+    from . import __version__
+
+    fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
+    inner = innermost_fn(fn)
+    inner = getattr(inner, "__func__", inner)
+    parts: list[str] = [
+        inner.__module__, inner.__qualname__, str(inner.__code__.co_firstlineno),
+        _module_digest(inner.__module__), torch.__version__, __version__, core_version,
+        sys.version,
+        # the resolved options (environment overrides included), not the keywords
+        repr(sorted((f.name, _stable_repr(getattr(config, f.name)))
+                    for f in dataclasses.fields(config) if f.name != "report_path")),
+    ]
+    if isinstance(model_or_fn, torch.nn.Module):
+        parts.append(repr(model_or_fn))
+        for cls in sorted({type(m) for m in model_or_fn.modules()}, key=repr):
+            parts.append(f"{cls.__module__}.{cls.__qualname__}:{_module_digest(cls.__module__)}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+class GraphPackage:
+    """The dynamo package of one optimized callable, read from and written to disk."""
+
+    def __init__(self, model_or_fn: Any, config: Any, directory: Path):
+        fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
+        self.path = directory / LAYOUT / f"{package_key(model_or_fn, config)}.pkl"
+        self._saved: set[str] = set()
+        self.loaded = False
+        self.package = self._load(fn)
+
+    def _load(self, fn: Any) -> CompilePackage:
+        if not self.path.exists():
+            return CompilePackage(fn, None)
+        try:
+            with open(self.path, "rb") as f:
+                entry = pickle.load(f)
+            if not isinstance(entry, PrecompileCacheEntry):
+                raise TypeError(f"holds a {type(entry).__name__}, not a PrecompileCacheEntry")
+            for artifact in entry.backends.values():
+                # kept for when the package grows; recorded (deep-copied) before
+                # installing, which thaws the graphs inside the artifacts in place
+                PrecompileContext.record_artifact(artifact)
+            package = CompilePackage(fn, entry.dynamo)
+            package.install(entry.backends)
+            _skip_installed_names(package)
+        except Exception as exc:  # a stale or damaged entry costs a trace, never the run
+            warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
+                      f"({type(exc).__name__}: {str(exc)[:200]}); tracing again")
+            return CompilePackage(fn, None)
+        self._saved = set(entry.backends)
+        self.loaded = True
+        return package
+
+    def save_if_grown(self) -> None:
+        """Write the package when this process added graphs to it. A graph whose backend
+        artifact torch did not keep (its reason is in torch's logs) leaves the package
+        unwritten: a partial package would trace again anyway."""
+        package = self.package
+        if not package.is_initialized() or package._current_entry is not None:
+            return
+        entry = package.cache_entry()
+        ids = {str(b) for code in entry.codes for b in code.backend_ids}
+        if not ids or ids <= self._saved:
+            return
+        backends = {}
+        for backend_id in ids:
+            artifact = PrecompileContext.serialize_artifact_by_key(backend_id)
+            if artifact is None:
+                self._saved = ids  # not again for the same graphs
+                return
+            backends[backend_id] = artifact
+        try:
+            data = pickle.dumps(PrecompileCacheEntry(entry, backends))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except Exception as exc:
+            warn_once(f"DISC: writing the traced-graph cache entry {self.path} failed "
+                      f"({type(exc).__name__}: {exc}); the next process traces again")
+        self._saved = ids
+
+
+def _skip_installed_names(package: CompilePackage) -> None:
+    """Move dynamo's global name counter past the names the package installed.
+
+    dynamo names the globals of a traced frame (``__builtins_dict___0``,
+    ``__compiled_fn_1_...``) from one process-wide counter, which starts at 0 in a new
+    process; tracing a new frame (another grad mode, say) after installing a loaded
+    package would then reuse an installed name and fail."""
+    import torch._dynamo.bytecode_transformation as bytecode
+
+    top = -1
+    for code in package._codes.values():
+        module = sys.modules.get(code.python_module)
+        for name in vars(module) if module is not None else ():
+            if name.startswith("__"):
+                top = max([top, *(int(n) for n in re.findall(r"_(\d+)(?=_|$)", name))])
+    current = next(bytecode._unique_id_counter)
+    bytecode._unique_id_counter = itertools.count(max(current, top + 1))
+
+
+class _DroppedGuardNotes(logging.Filter):
+    """dynamo warns once per guard it cannot keep across processes (object identities);
+    DISC's package key covers what those guards check, so the notes are noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is dropped with caching_precompile" not in record.getMessage()
+
+
+_guard_log = logging.getLogger("torch._dynamo.guards")
+_guard_log.addFilter(_DroppedGuardNotes())
+
+
+@contextlib.contextmanager
+def caching_graphs(enabled: bool) -> Iterator[None]:
+    """dynamo's precompile switch, on while an optimized callable runs (it decides which
+    guards are built and whether aot_autograd bundles its result)."""
+    import torch._dynamo.config as dynamo_config
+
+    previous = dynamo_config.caching_precompile
+    dynamo_config.caching_precompile = enabled or previous
+    try:
+        yield
+    finally:
+        dynamo_config.caching_precompile = previous

@@ -1,0 +1,168 @@
+"""The traced-graph cache (disc_torch.precompile): a new process with the same model and
+code runs without tracing, with the same results; anything stale or damaged costs a trace,
+never the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, warnings
+    import torch, torch.nn as nn, torch.nn.functional as F
+    import disc_torch
+    from torch._dynamo.utils import counters
+
+    HIDDEN = int(sys.argv[1])
+    SHAPES = [int(s) for s in sys.argv[2].split(",")]
+    OPTIONS = json.loads(sys.argv[3])
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, HIDDEN)
+            self.norm = nn.LayerNorm(HIDDEN)
+            self.head = nn.Linear(HIDDEN, 4)
+
+        def forward(self, x, y):
+            h = F.gelu(self.norm(self.proj(x))) * torch.sigmoid(x.sum(-1, keepdim=True))
+            return F.cross_entropy(self.head(h).flatten(0, 1), y.flatten())
+
+    torch.manual_seed(0)
+    model = Net()
+    reference = Net()
+    reference.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = disc_torch.optimize(model, **OPTIONS)
+        g = torch.Generator().manual_seed(1)
+        out = {"losses": [], "eager": [], "inference": []}
+        for seq in SHAPES:
+            x = torch.randn(2, seq, 8, generator=g)
+            y = torch.randint(0, 4, (2, seq), generator=g)
+            with torch.no_grad():
+                out["inference"].append([run(x, y).item(), reference(x, y).item()])
+            loss = run(x, y)
+            loss.backward()
+            opt.step(); opt.zero_grad()
+            ref = reference(x, y)
+            ref.backward()
+            ref_opt.step(); ref_opt.zero_grad()
+            out["losses"].append(loss.item())
+            out["eager"].append(ref.item())
+    report = disc_torch.report()
+    out.update(
+        traced=int(counters["stats"]["unique_graphs"]),
+        disc_compiles=disc_torch.compile_count(),
+        graphs=len(report.graphs),
+        cluster_hits=sum(c.cache_hits for g in report.graphs for c in g.clusters),
+        cluster_calls=sum(c.calls for g in report.graphs for c in g.clusters),
+        warnings=[str(w.message) for w in caught if "DISC" in str(w.message)],
+        weights=float(sum(p.detach().double().sum() for p in model.parameters())),
+        ref_weights=float(sum(p.detach().double().sum() for p in reference.parameters())),
+    )
+    print("RESULT" + json.dumps(out))
+""")
+
+
+def _run(tmp_path: Path, cache: Path, hidden: int = 16, shapes: str = "3,1,6",
+         options: dict | None = None) -> dict:
+    script = tmp_path / "cached_model.py"
+    if not script.exists():
+        script.write_text(SCRIPT)
+    env = {**os.environ, "DISC_CACHE_DIR": str(cache),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    env.pop("DISC_CACHE_GRAPHS", None)
+    proc = subprocess.run([sys.executable, str(script), str(hidden), shapes,
+                           json.dumps(options or {})], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(s for s in proc.stdout.splitlines() if s.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+def _packages(cache: Path) -> list[Path]:
+    return sorted((cache / "torch-graphs-v1").glob("*.pkl"))
+
+
+def _assert_matches_eager(out: dict) -> None:
+    for got, want in zip(out["losses"], out["eager"]):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    for got, want in out["inference"]:
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert out["weights"] == pytest.approx(out["ref_weights"], rel=1e-5, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """One cold and one warm process over the same cache (training and inference)."""
+    tmp = tmp_path_factory.mktemp("graph-cache")
+    cache = tmp / "disc-cache"
+    cold = _run(tmp, cache)
+    packages = _packages(cache)
+    hot = _run(tmp, cache, shapes="3,1,6,11")  # 11: a length the first process never saw
+    return tmp, cache, cold, hot, packages
+
+
+def test_cold_process_traces_and_writes_one_package(warm):
+    _, _, cold, _, packages = warm
+    assert cold["traced"] == 2  # one graph with grad (training), one without (inference)
+    assert cold["disc_compiles"] >= 1
+    assert len(packages) == 1
+    _assert_matches_eager(cold)
+
+
+def test_warm_process_runs_without_tracing_or_compiling(warm):
+    _, _, cold, hot, _ = warm
+    assert hot["traced"] == 0, "dynamo traced again in the warm process"
+    assert hot["disc_compiles"] == 0, "DISC compiled again in the warm process"
+    assert not hot["warnings"], hot["warnings"]
+    # the same compiled code on the same data: the same numbers, bit for bit
+    assert hot["losses"][:3] == cold["losses"]
+    assert [i[0] for i in hot["inference"][:3]] == [i[0] for i in cold["inference"]]
+    _assert_matches_eager(hot)
+
+
+def test_warm_process_reports_the_loaded_graphs(warm):
+    _, _, cold, hot, _ = warm
+    assert hot["graphs"] == cold["graphs"] >= 3  # inference, forward, backward
+    assert hot["cluster_hits"] >= 1 and hot["cluster_calls"] >= 1
+
+
+def test_a_different_model_gets_its_own_package(warm):
+    tmp, cache, _, _, _ = warm
+    before = set(_packages(cache))
+    other = _run(tmp, cache, hidden=24)
+    assert other["traced"] == 2
+    assert len(set(_packages(cache)) - before) == 1
+    _assert_matches_eager(other)
+
+
+def test_damaged_package_warns_and_traces_again(warm, tmp_path):
+    tmp, cache, _, _, _ = warm
+    copy = tmp_path / "damaged"
+    subprocess.run(["cp", "-r", str(cache), str(copy)], check=True)
+    for package in _packages(copy):
+        package.write_bytes(b"not a pickle")
+    out = _run(tmp, copy)
+    assert out["traced"] == 2
+    assert any("cannot be used" in w for w in out["warnings"]), out["warnings"]
+    _assert_matches_eager(out)
+    # and it is rewritten: the next process is warm again
+    assert _run(tmp, copy)["traced"] == 0
+
+
+def test_cache_graphs_off_writes_nothing(tmp_path):
+    cache = tmp_path / "disc-cache"
+    out = _run(tmp_path, cache, options={"cache_graphs": False})
+    assert not _packages(cache)
+    assert _run(tmp_path, cache, options={"cache_graphs": False})["traced"] == 2
+    _assert_matches_eager(out)
