@@ -91,12 +91,16 @@ class ClusterModule(torch.nn.Module):
                      sum(1 for n in nodes if n.op == "call_function"))
         self.n_own, self.n_ops = arity
         self._build: Future | None = None
+        self._lowered: LoweredCluster | None = None
+        self._source_text: tuple[str, list] | None = None
         self._profile = profile
         #: argument position -> (parameter, data_ptr, shape, its numpy view) from last call
         self._param_views: dict[int, tuple[torch.Tensor, int, torch.Size, np.ndarray]] = {}
 
-    def building(self, future: Future) -> None:
-        """The background build that will attach the executable (or fail the cluster)."""
+    def building(self, lowered: LoweredCluster, future: Future) -> None:
+        """The background build of ``lowered`` that will attach the executable (or fail
+        the cluster)."""
+        self._lowered = lowered
         self._build = future
 
     def _settle(self) -> None:
@@ -115,7 +119,7 @@ class ClusterModule(torch.nn.Module):
         return self._exe is not None
 
     def attach(self, lowered: LoweredCluster, executable: Any) -> None:
-        self._lowered = lowered  # kept for frozen_state: the graph cache stores its text
+        self._lowered = lowered  # frozen_state keeps its text
         self.attach_frozen(lowered.tensor_args, lowered.symbol_sources, executable)
 
     def attach_frozen(self, tensor_args: list[int], symbol_sources: list[tuple[str, tuple]],
@@ -133,21 +137,30 @@ class ClusterModule(torch.nn.Module):
             get_collector().add_flush_hook(_flush_profiles)  # registered once, whoever asks
 
     def frozen_state(self) -> dict[str, Any]:
-        """What :mod:`disc_torch.frozen` keeps of this cluster (after its build):
-        its core graph as text (the compile-cache key) and how its inputs are fed; or
-        that it runs eagerly."""
+        """What :mod:`disc_torch.frozen` keeps of this cluster: its core graph as text
+        (the compile-cache key) and how its inputs are fed; or that it runs eagerly.
+
+        It does not wait for a build in flight (aot_autograd serializes the forward while
+        the backward's clusters still build): a build that then fails is tried again, and
+        fails again, when the cache is loaded."""
         state: dict[str, Any] = {
             "cluster_id": self.cluster_id, "single_output": self._single,
-            "check": self._check, "profile": self._profile, "failed": not self.compiled,
+            "check": self._check, "profile": self._profile,
             "arity": (self.n_own, self.n_ops)}
-        if self._exe is not None:
-            if self._source_text is not None:
-                text, types = self._source_text
-            else:
-                graph = self._lowered.graph
-                text, types = str(graph), [(v.dtype.np_name, v.rank) for v in graph.inputs]
+        lowered = self._lowered
+        if self._build is None and self._exe is None or (
+                lowered is None and self._source_text is None):
+            state["failed"] = True  # runs eagerly, with its reason in the report
+        elif self._source_text is not None:
+            text, types = self._source_text
             state.update(graph_text=text, input_types=[list(t) for t in types],
                          tensor_args=self._tensor_args, symbol_sources=self._raw_sources)
+        else:
+            graph = lowered.graph
+            state.update(graph_text=str(graph),
+                         input_types=[[v.dtype.np_name, v.rank] for v in graph.inputs],
+                         tensor_args=list(lowered.tensor_args),
+                         symbol_sources=list(lowered.symbol_sources))
         return state
 
     def flush_profile(self) -> None:

@@ -379,7 +379,7 @@ def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | No
     for module, low in zip(modules, lowered):
         if low is not None:
             handed_off = threading.Event()
-            module.building(_submit_build(build, module, low, handed_off))
+            module.building(low, _submit_build(build, module, low, handed_off))
             handed_off.wait()
 
 
