@@ -152,7 +152,9 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     Keyword arguments are :class:`DiscConfig` fields (``min_cluster_size``,
     ``excluded_ops``, ``report_path``, ``accuracy_check``, ...). Sizes 0 and 1 are traced
     like other sizes, so a stream of shapes of one rank compiles once (see
-    :func:`tracing_config`).
+    :func:`tracing_config`). What it traces is kept on disk (``cache_graphs``, see
+    :mod:`disc_torch.precompile`): a new process with the same model and code runs it
+    without tracing or compiling.
     """
     config = DiscConfig.resolve(options)
     package = _open_package(model_or_fn, config)

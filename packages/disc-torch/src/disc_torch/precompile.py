@@ -169,7 +169,15 @@ class GraphPackage:
     def save_if_grown(self) -> None:
         """Write the package when this process added graphs to it. A graph whose backend
         artifact torch did not keep (its reason is in torch's logs) leaves the package
-        unwritten: a partial package would trace again anyway."""
+        unwritten: a partial package would trace again anyway. Never raises: the user's
+        call has already run."""
+        try:
+            self._save()
+        except Exception as exc:
+            warn_once(f"DISC: writing the traced-graph cache entry {self.path} failed "
+                      f"({type(exc).__name__}: {exc}); the next process traces again")
+
+    def _save(self) -> None:
         package = self.package
         if not package.is_initialized() or package._current_entry is not None:
             return
@@ -184,17 +192,17 @@ class GraphPackage:
                 self._saved = ids  # not again for the same graphs
                 return
             backends[backend_id] = artifact
+        self._saved = ids
+        data = pickle.dumps(PrecompileCacheEntry(entry, backends))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
         try:
-            data = pickle.dumps(PrecompileCacheEntry(entry, backends))
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, self.path)
-        except Exception as exc:
-            warn_once(f"DISC: writing the traced-graph cache entry {self.path} failed "
-                      f"({type(exc).__name__}: {exc}); the next process traces again")
-        self._saved = ids
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def _skip_installed_names(package: CompilePackage) -> None:
