@@ -138,6 +138,10 @@ def thaw_graph(state: dict[str, Any], compiler: Any) -> Any:
             module.fail(ReasonCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}")
             continue
         native = exe.artifact.metadata.get("native")
+        if native is None and compiler.target != "reference":  # as at compile time
+            module.fail(ReasonCode.COMPILE_ERROR, "no native code: " + str(
+                exe.artifact.metadata.get("native_fallback", "unknown reason")))
+            continue
         counts = launch_counts(native) if native else None
         recorder.cluster_compiled(
             c["cluster_id"], seconds=time.perf_counter() - start, cache_hit=source != "miss",
