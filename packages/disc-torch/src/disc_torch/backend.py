@@ -31,7 +31,7 @@ from .config import DiscConfig
 from .decompositions import decomposition_table
 from .joint_cse import cse_joint_graph
 from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
-from .precompile import DiscOutputCode, GraphPackage, caching_graphs
+from .precompile import DiscOutputCode, GraphPackage, NotCacheable, caching_graphs
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -199,6 +199,8 @@ def _open_package(model_or_fn: Any, config: DiscConfig) -> GraphPackage | None:
         return None
     try:
         return GraphPackage(model_or_fn, config, get_compiler(config.target).cache.directory)
+    except NotCacheable:
+        return None
     except Exception as exc:  # never a reason to fail: trace as without the cache
         warn_once(f"DISC: the traced-graph cache is off for this callable "
                   f"({type(exc).__name__}: {exc})")

@@ -102,6 +102,10 @@ def _module_digest(module_name: str) -> str:
     return _file_digest(path) if path else "no-file"
 
 
+class NotCacheable(Exception):
+    """The callable has nothing dynamo can keep (a builtin, say): it traces as usual."""
+
+
 def _stable_repr(value: Any) -> str:
     """repr with sets sorted (a set of strings prints in a per-process hash order)."""
     return repr(sorted(value)) if isinstance(value, (set, frozenset)) else repr(value)
@@ -118,6 +122,8 @@ def package_key(model_or_fn: Any, config: Any) -> str:
     fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
     inner = innermost_fn(fn)
     inner = getattr(inner, "__func__", inner)
+    if not hasattr(inner, "__code__"):
+        raise NotCacheable(f"{type(inner).__name__} has no Python code for dynamo to keep")
     parts: list[str] = [
         inner.__module__, inner.__qualname__, str(inner.__code__.co_firstlineno),
         _module_digest(inner.__module__), torch.__version__, __version__, core_version,
