@@ -21,6 +21,7 @@ from torch._dynamo.exc import TorchRuntimeError
 from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler, make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._subclasses.fake_tensor import disable_fake_tensor_cache
 
 from disc_core.compiler import Compiler
 from disc_core.report import configure as configure_report
@@ -111,14 +112,24 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         # backward's GEMM rather than copied out of the forward.
         partition_fn=partition_joint_graph,
     )
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
     try:
-        return backend(gm, example_inputs)
+        # aot_autograd traces without fake-tensor caching too (see tracing_config), also
+        # when the graph came from torch.compile(backend="disc")
+        with (disable_fake_tensor_cache(fake_mode) if fake_mode is not None
+              else contextlib.nullcontext()):
+            return backend(gm, example_inputs)
     except _DYNAMO_CONTROL_FLOW:
         raise  # dynamo restarting its analysis is not a failure
     except Exception as exc:  # DISC must never break the user's program: run it eagerly
-        warn_once(f"DISC: a captured graph of {len(gm.graph.nodes)} nodes runs eagerly: "
-                  f"tracing it for DISC failed ({type(exc).__name__}: "
+        detail = (f"tracing it for DISC failed ({type(exc).__name__}: "
                   f"{str(exc).splitlines()[0] if str(exc) else ''})")
+        warn_once(f"DISC: a captured graph of {len(gm.graph.nodes)} nodes runs eagerly: "
+                  f"{detail}")
+        try:
+            record_failed_graph(gm, "captured", detail)  # every op falls back, with why
+        except Exception:  # the report must not break the fallback either
+            pass
         return gm.forward
 
 
@@ -130,20 +141,28 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
     * Python floats (eps, scales) are constants: otherwise dynamo traces them symbolically,
       finds they must become tensors and restarts the whole analysis (about 2x the
       tracing time). A float argument that changes every call then recompiles: turn
-      ``specialize_floats`` off for such code.
+      ``specialize_floats`` off for such code;
+    * without fake-tensor caching: under the 0/1 rules above its entries can disagree with
+      a size's hint (torch 2.13 asserted ``False != True`` tracing the backward of a
+      ``bmm`` of a transpose with a size-1 dim, and the whole graph ran eagerly), and
+      tracing without it was 7-12% faster on the benchmark models (the keys cost more
+      than they save on symbolic shapes).
 
     Set and restored by hand: this wraps every call, and ``config.patch`` costs about
     33 us against a few us for attribute writes."""
     import torch._dynamo.config as dynamo_config
     import torch.fx.experimental._config as fx_config
 
-    previous = fx_config.backed_size_oblivious, dynamo_config.specialize_float
+    previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
+                dynamo_config.fake_tensor_cache_enabled)
     fx_config.backed_size_oblivious = True
     dynamo_config.specialize_float = specialize_floats or previous[1]
+    dynamo_config.fake_tensor_cache_enabled = False
     try:
         yield
     finally:
-        fx_config.backed_size_oblivious, dynamo_config.specialize_float = previous
+        (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
+         dynamo_config.fake_tensor_cache_enabled) = previous
 
 
 def optimize(model_or_fn: Any, **options: Any) -> Any:

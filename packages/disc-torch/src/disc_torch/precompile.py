@@ -11,9 +11,10 @@ outputs, saved tensors), so the reloaded callable is torch's own wrapper around 
 partitioned graphs. :mod:`disc_torch.frozen` turns those into plain data.
 
 One package per optimized callable lives under the compile cache's directory, in
-``torch-graphs-v1/<key>.pkl``. The key covers the function's source and qualified name, the
-module's structure (``repr`` and types of every submodule), the DISC options and the
-torch, DISC and Python versions; dynamo's guards, kept in the package, check the rest
+``torch-graphs-v1/<key>.pkl``. The key covers the function's source file and qualified
+name, the module's structure (``repr``, and the source files of every submodule's class),
+the DISC options, the torch, DISC and Python versions and the hashed sources of disc-torch
+and disc-core; dynamo's guards, kept in the package, check the rest
 (shapes, dtypes, grad mode) on every call as usual, and a miss traces and adds to the
 package. What dynamo cannot keep across processes (guards on object identity) it drops:
 that is why the module's structure is in the key.
@@ -111,11 +112,25 @@ def _stable_repr(value: Any) -> str:
     return repr(sorted(value)) if isinstance(value, (set, frozenset)) else repr(value)
 
 
+@functools.cache
+def _bridge_fingerprint() -> str:
+    """disc-torch's own source, hashed: a changed bridge (converters, partitioning, this
+    format) never loads packages an older one wrote. disc-core's is in
+    :func:`~disc_core.compiler.compiler_fingerprint`."""
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def package_key(model_or_fn: Any, config: Any) -> str:
     """What a cached package is valid for (see the module docstring)."""
     from torch._dynamo.eval_frame import innermost_fn
 
     from disc_core import __version__ as core_version
+    from disc_core.compiler import compiler_fingerprint
 
     from . import __version__
 
@@ -127,7 +142,7 @@ def package_key(model_or_fn: Any, config: Any) -> str:
     parts: list[str] = [
         inner.__module__, inner.__qualname__, str(inner.__code__.co_firstlineno),
         _module_digest(inner.__module__), torch.__version__, __version__, core_version,
-        sys.version,
+        _bridge_fingerprint(), compiler_fingerprint(), sys.version,
         # the resolved options (environment overrides included), not the keywords
         repr(sorted((f.name, _stable_repr(getattr(config, f.name)))
                     for f in dataclasses.fields(config) if f.name != "report_path")),

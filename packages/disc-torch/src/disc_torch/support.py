@@ -41,7 +41,9 @@ def op_type(node: torch.fx.Node) -> str:
 
 
 def _metas(node: torch.fx.Node) -> list[Any]:
-    m = node.meta.get("val")
+    # aot_autograd's graphs carry "val"; dynamo's own (reported when tracing one for DISC
+    # fails as a whole) carry "example_value"
+    m = node.meta.get("val", node.meta.get("example_value"))
     return list(m) if isinstance(m, (list, tuple)) else [m]
 
 
