@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import subprocess
 import sys
 
@@ -224,6 +225,25 @@ def test_a_preferred_blas_gives_way_only_to_a_clearly_faster_one(
     assert choice["library"] == winner
     assert choice["f32_gemm"] == (native.onednn_library() or winner if switch else winner)
     assert choice["seconds"] == {preferred_copy: 1.0, _openblas_path(): openblas_seconds}
+
+
+def test_a_measurement_is_kept_for_the_next_process(monkeypatch, preferred_copy) -> None:
+    asked = _timed(monkeypatch, {preferred_copy: 1.0, _openblas_path(): 0.5})
+    native.blas_functions()
+    assert len(asked) == 4
+    first = native.blas_choice()
+    native.blas_functions.cache_clear()  # as a new process starts
+    chosen = native.blas_functions()
+    assert len(asked) == 4, "measured again with the same libraries on the same CPU"
+    assert chosen.sgemm == native._load_blas(_openblas_path()).sgemm
+    again = native.blas_choice()
+    assert again["seconds"] == first["seconds"]
+    assert again["reason"].endswith("(measured by an earlier process on this machine)")
+    # a changed library (here: rewritten, so its modification time differs) is measured
+    os.utime(preferred_copy, ns=(1, 1))
+    native.blas_functions.cache_clear()
+    native.blas_functions()
+    assert len(asked) == 8
 
 
 def test_the_preference_holds_unmeasured_when_tuning_is_off_or_overridden(

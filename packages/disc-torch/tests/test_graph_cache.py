@@ -22,6 +22,7 @@ SCRIPT = textwrap.dedent("""
     HIDDEN = int(sys.argv[1])
     SHAPES = [int(s) for s in sys.argv[2].split(",")]
     OPTIONS = json.loads(sys.argv[3])
+    TRAIN = sys.argv[4] == "both"
 
     class Net(nn.Module):
         def __init__(self):
@@ -50,6 +51,8 @@ SCRIPT = textwrap.dedent("""
             y = torch.randint(0, 4, (2, seq), generator=g)
             with torch.no_grad():
                 out["inference"].append([run(x, y).item(), reference(x, y).item()])
+            if not TRAIN:
+                continue
             loss = run(x, y)
             loss.backward()
             opt.step(); opt.zero_grad()
@@ -74,7 +77,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run(tmp_path: Path, cache: Path, hidden: int = 16, shapes: str = "3,1,6",
-         options: dict | None = None) -> dict:
+         options: dict | None = None, modes: str = "both") -> dict:
     script = tmp_path / "cached_model.py"
     if not script.exists():
         script.write_text(SCRIPT)
@@ -82,7 +85,7 @@ def _run(tmp_path: Path, cache: Path, hidden: int = 16, shapes: str = "3,1,6",
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     env.pop("DISC_CACHE_GRAPHS", None)
     proc = subprocess.run([sys.executable, str(script), str(hidden), shapes,
-                           json.dumps(options or {})], capture_output=True, text=True,
+                           json.dumps(options or {}), modes], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(s for s in proc.stdout.splitlines() if s.startswith("RESULT"))
@@ -166,3 +169,17 @@ def test_cache_graphs_off_writes_nothing(tmp_path):
     assert not _packages(cache)
     assert _run(tmp_path, cache, options={"cache_graphs": False})["traced"] == 2
     _assert_matches_eager(out)
+
+
+def test_a_loaded_package_grows_and_keeps_what_it_had(tmp_path):
+    """Inference in one process, training in the next (which loads the inference graph
+    and traces only the training one), both in a third without tracing."""
+    cache = tmp_path / "disc-cache"
+    assert _run(tmp_path, cache, modes="infer")["traced"] == 1
+    grown = _run(tmp_path, cache)
+    assert grown["traced"] == 1  # the training graph only
+    _assert_matches_eager(grown)
+    both = _run(tmp_path, cache)
+    assert both["traced"] == 0 and both["disc_compiles"] == 0
+    assert both["losses"] == grown["losses"]
+    assert len(_packages(cache)) == 1

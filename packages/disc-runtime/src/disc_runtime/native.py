@@ -270,14 +270,31 @@ def _measured_choice(preferred: tuple[str, BlasFunctions], challenger: tuple[str
     """The bridge's preferred library, unless ``challenger`` (numpy's OpenBLAS, with
     oneDNN for f32 when installed) runs the GEMMs modules make at least
     1 / BLAS_SWITCH_RATIO times faster on this machine."""
-    # each timed twice, alternately: a burst of load on the machine hits both alike
-    seconds = {path: float("inf") for path, _ in (preferred, challenger)}
-    for path, fns in (preferred, challenger, preferred, challenger):
-        seconds[path] = min(seconds[path], _gemm_seconds(fns))
+    from . import blas_timing
+    from .facts import cpu_identity, file_identity, remembered
+
+    measured_now = []
+
+    def measure() -> dict[str, float]:
+        # each timed twice, alternately: a burst of load on the machine hits both alike
+        seconds = {path: float("inf") for path, _ in (preferred, challenger)}
+        for path, fns in (preferred, challenger, preferred, challenger):
+            seconds[path] = min(seconds[path], _gemm_seconds(fns))
+        measured_now.append(True)
+        return seconds
+
+    # measured once per machine and set of libraries (disc_runtime.facts): ~0.1 s a start
+    seconds = remembered("blas-seconds", {
+        "preferred": file_identity(preferred[0]), "challenger": file_identity(challenger[0]),
+        "onednn": file_identity(onednn_library()) if challenger[1].sgemm_rowmajor else None,
+        "cpu": cpu_identity(), "shapes": blas_timing.GEMM_SHAPES}, measure)
     faster = seconds[challenger[0]] < BLAS_SWITCH_RATIO * seconds[preferred[0]]
     path, fns = challenger if faster else preferred
-    _record(path, fns, "measured faster than the preferred library" if faster
-            else "preferred by the bridge (not measured slower)", seconds=seconds)
+    reason = ("measured faster than the preferred library" if faster
+              else "preferred by the bridge (not measured slower)")
+    if not measured_now:
+        reason += " (measured by an earlier process on this machine)"
+    _record(path, fns, reason, seconds=seconds)
     return path, fns
 
 

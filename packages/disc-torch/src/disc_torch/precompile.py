@@ -161,6 +161,7 @@ class GraphPackage:
         fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
         self.path = directory / LAYOUT / f"{package_key(model_or_fn, config)}.pkl"
         self._saved: set[str] = set()
+        self._loaded: bytes | None = None
         self.loaded = False
         self.package = self._load(fn)
 
@@ -168,18 +169,18 @@ class GraphPackage:
         if not self.path.exists():
             return CompilePackage(fn, None)
         try:
-            with open(self.path, "rb") as f:
-                entry = pickle.load(f)
+            data = self.path.read_bytes()
+            entry = pickle.loads(data)
             if not isinstance(entry, PrecompileCacheEntry):
                 raise TypeError(f"holds a {type(entry).__name__}, not a PrecompileCacheEntry")
-            for artifact in entry.backends.values():
-                # kept for when the package grows; recorded (deep-copied) before
-                # installing, which thaws the graphs inside the artifacts in place
-                PrecompileContext.record_artifact(artifact)
+            # the bytes are kept for when the package grows: installing thaws the graphs
+            # inside these artifacts in place, and a deep copy costs more than a re-read
+            self._loaded = data
             package = CompilePackage(fn, entry.dynamo)
             package.install(entry.backends)
             _skip_installed_names(package)
         except Exception as exc:  # a stale or damaged entry costs a trace, never the run
+            self._loaded = None
             warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
                       f"({type(exc).__name__}: {str(exc)[:200]}); tracing again")
             return CompilePackage(fn, None)
@@ -206,9 +207,12 @@ class GraphPackage:
         ids = {str(b) for code in entry.codes for b in code.backend_ids}
         if not ids or ids <= self._saved:
             return
+        loaded = pickle.loads(self._loaded).backends if self._loaded else {}
         backends = {}
         for backend_id in ids:
             artifact = PrecompileContext.serialize_artifact_by_key(backend_id)
+            if artifact is None:
+                artifact = loaded.get(backend_id)
             if artifact is None:
                 self._saved = ids  # not again for the same graphs
                 return

@@ -149,7 +149,17 @@ void probe(const float *restrict a, float *restrict b, const double *restrict c,
 
 @functools.lru_cache(maxsize=4)
 def _has_libmvec(cc: str) -> bool:
-    """Can modules call glibc's vector math (libmvec) and load? (erff needs glibc 2.35)."""
+    """Can modules call glibc's vector math (libmvec) and load? (erff needs glibc 2.35).
+    A probe compile (~45 ms), so its answer is kept per compiler binary and C library
+    (:func:`disc_runtime.facts.remembered`)."""
+    from disc_runtime.facts import file_identity, remembered
+
+    return bool(remembered("libmvec", {
+        "cc": file_identity(shutil.which(cc) or cc), "libc": list(platform.libc_ver()),
+        "flags": list(FLAGS)}, lambda: _probe_libmvec(cc)))
+
+
+def _probe_libmvec(cc: str) -> bool:
     import ctypes
 
     with tempfile.TemporaryDirectory(prefix="disc-probe-") as tmp:
