@@ -146,16 +146,33 @@ def _size(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
+#: what DISC keeps beside the compile cache's entries, in the same directory: facts
+#: measured once per machine (disc_runtime.facts) and disc-torch's traced graphs
+#: (disc_torch.precompile). Named here, never found by listing: the directory may be one
+#: a user pointed DISC_CACHE_DIR at, holding other things.
+KEPT_BESIDE = ("facts-v1", "torch-graphs-v1")
+
+
 def _cache(args: argparse.Namespace) -> None:
+    import shutil
+
     from disc_runtime import CompileCache
 
     cache = CompileCache(args.dir)
+    beside = [cache.directory / name for name in KEPT_BESIDE]
     try:
         if args.action == "clear":
             removed = cache.clear()
             print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {cache.root}")
+            for folder in beside:
+                if folder.is_dir():
+                    files = sum(1 for f in folder.iterdir() if f.is_file())
+                    shutil.rmtree(folder)
+                    print(f"removed {folder} ({files} file{'' if files == 1 else 's'})")
             return
         info = cache.info()
+        info["beside"] = {f.name: sum(p.stat().st_size for p in f.rglob("*") if p.is_file())
+                          for f in beside if f.is_dir()}
     except OSError as exc:
         raise UserError(f"cache {cache.root}: {exc.strerror or exc}") from None
     if args.json:
@@ -163,6 +180,8 @@ def _cache(args: argparse.Namespace) -> None:
     else:
         print(f"cache: {info['root']}\nentries: {info['entries']}\n"
               f"size: {_size(info['total_bytes'])}")
+        for name, size in info["beside"].items():
+            print(f"{name}: {_size(size)}")
 
 
 def _versions() -> str:

@@ -140,8 +140,16 @@ def test_cache_info_and_clear(tmp_path):
     assert info.stdout.splitlines()[:2] == [f"cache: {cache_dir / 'v1'}", "entries: 1"]
     data = json.loads(disc("cache", "info", "--dir", cache_dir, "--json").stdout)
     assert data["entries"] == 1 and data["total_bytes"] > 0
+    # what DISC keeps beside the entries goes too; nothing else in the directory does
+    (cache_dir / "torch-graphs-v1").mkdir()
+    (cache_dir / "torch-graphs-v1" / "k.pkl").write_bytes(b"x" * 10)
+    (cache_dir / "not-disc").mkdir()
+    assert "torch-graphs-v1: 10 B" in disc("cache", "info", "--dir", cache_dir).stdout
     cleared = disc("cache", "clear", "--dir", cache_dir)
-    assert cleared.stdout == f"removed 1 entry from {cache_dir / 'v1'}\n"
+    assert cleared.stdout.splitlines() == [
+        f"removed 1 entry from {cache_dir / 'v1'}",
+        f"removed {cache_dir / 'torch-graphs-v1'} (1 file)"]
+    assert not (cache_dir / "torch-graphs-v1").exists() and (cache_dir / "not-disc").is_dir()
     env_info = disc("cache", "info", DISC_CACHE_DIR=str(cache_dir))
     assert "entries: 0" in env_info.stdout
 

@@ -96,8 +96,8 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     config = DiscConfig.resolve({**(options or {}), **kwargs})
     if config.report_path:
         configure_report(config.report_path)
-    # dynamo keeps this graph across processes (disc_torch.optimize turns it on, or
-    # TORCH_CACHING_PRECOMPILE=1 with torch.compile): compile it into a form it can keep
+    # dynamo keeps this graph across processes (disc_torch.optimize turns it on; torch's
+    # own TORCH_CACHING_PRECOMPILE=1 too, untested): compile it into a form it can keep
     serializable = bool(dynamo_config.caching_precompile) and config.cache_graphs
     backend = aot_autograd(
         fw_compiler=_graph_compiler(config, "forward", serializable),
