@@ -183,3 +183,26 @@ def test_a_loaded_package_grows_and_keeps_what_it_had(tmp_path):
     assert both["traced"] == 0 and both["disc_compiles"] == 0
     assert both["losses"] == grown["losses"]
     assert len(_packages(cache)) == 1
+
+
+def test_an_edited_forward_is_traced_again(tmp_path):
+    cache = tmp_path / "disc-cache"
+    assert _run(tmp_path, cache)["traced"] == 2
+    script = tmp_path / "cached_model.py"
+    script.write_text(script.read_text().replace("torch.sigmoid(", "torch.tanh("))
+    edited = _run(tmp_path, cache)
+    assert edited["traced"] == 2, "the edited forward ran from the old package"
+    _assert_matches_eager(edited)
+
+
+def test_code_without_a_source_file_is_not_cached(tmp_path):
+    code = ("import torch, disc_torch\n"
+            "f = disc_torch.optimize(lambda x: torch.relu(x) * 2 + 1)\n"
+            "x = torch.randn(4)\n"
+            "assert torch.allclose(f(x), torch.relu(x) * 2 + 1)\n")
+    cache = tmp_path / "disc-cache"
+    proc = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "DISC_CACHE_DIR": str(cache)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not _packages(cache)

@@ -89,18 +89,24 @@ class DiscOutputCode(OutputCode):
 
 
 @functools.cache
-def _file_digest(path: str) -> str:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return "unreadable"
+def _file_digest(path: str, stat: tuple[int, int]) -> str:
+    """Cached per (path, size and modification time): a file edited while the process
+    runs (a notebook's autoreload) is hashed again."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _module_digest(module_name: str) -> str:
     """The source file of a module, hashed (any edit of it changes the key: cheaper and
-    stricter than locating one class's source, which parses the whole file)."""
+    stricter than locating one class's source, which parses the whole file). Code with no
+    file (``python -c``, a notebook cell) is not cached: an edit could not be seen."""
     path = getattr(sys.modules.get(module_name), "__file__", None)
-    return _file_digest(path) if path else "no-file"
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        st = None
+    if st is None:
+        raise NotCacheable(f"module {module_name!r} has no source file to key the cache by")
+    return _file_digest(path, (st.st_size, st.st_mtime_ns))
 
 
 class NotCacheable(Exception):
