@@ -206,3 +206,53 @@ def test_code_without_a_source_file_is_not_cached(tmp_path):
                           env={**os.environ, "DISC_CACHE_DIR": str(cache)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not _packages(cache)
+
+
+# -- identity guards (disc_torch.identity): what dynamo cannot keep, DISC checks ----------
+
+import torch  # noqa: E402
+
+import disc_torch  # noqa: E402
+
+
+def test_a_function_argument_that_changes_is_never_run_as_the_old_one():
+    x = torch.randn(5)
+
+    def f(t, op):
+        return op(t) + 1
+
+    compiled = disc_torch.optimize(f)
+    with pytest.warns(UserWarning, match="traced-graph cache is off"):
+        for op in (torch.sin, torch.cos, torch.sin, torch.exp):
+            torch.testing.assert_close(compiled(x, op), op(x) + 1)
+
+
+def _times_three(op):
+    return lambda t: op(t) * 3
+
+
+def test_closures_of_one_code_over_different_functions_are_told_apart():
+    """Same code, same qualified name and line: one package key. The closure's callee is
+    pinned, so the second and third do not run the first's graph."""
+    x = torch.randn(5)
+    with pytest.warns(UserWarning, match="traced-graph cache is off"):
+        for op in (torch.sin, torch.cos, torch.exp):
+            torch.testing.assert_close(disc_torch.optimize(_times_three(op))(x), op(x) * 3)
+
+
+class _WithAct(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.act = act  # a plain function: not in repr(module), so not in the package key
+        self.lin = torch.nn.Linear(5, 5)
+
+    def forward(self, t):
+        return self.act(self.lin(t)) * 2
+
+
+def test_function_attributes_of_same_looking_modules_are_told_apart():
+    x = torch.randn(3, 5)
+    with pytest.warns(UserWarning, match="traced-graph cache is off"):
+        for act in (torch.tanh, torch.sigmoid):
+            module = _WithAct(act)
+            torch.testing.assert_close(disc_torch.optimize(module)(x), module(x))

@@ -30,9 +30,16 @@ from .blas import use_torch_blas
 from .cluster import Clock, warn_once
 from .config import DiscConfig
 from .decompositions import decomposition_table
+from .identity import PinError
 from .joint_cse import cse_joint_graph
 from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
-from .precompile import DiscOutputCode, GraphPackage, NotCacheable, caching_graphs
+from .precompile import (
+    DiscOutputCode,
+    GraphPackage,
+    NotCacheable,
+    caching_active,
+    caching_graphs,
+)
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -96,9 +103,9 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     config = DiscConfig.resolve({**(options or {}), **kwargs})
     if config.report_path:
         configure_report(config.report_path)
-    # dynamo keeps this graph across processes (disc_torch.optimize turns it on; torch's
-    # own TORCH_CACHING_PRECOMPILE=1 too, untested): compile it into a form it can keep
-    serializable = bool(dynamo_config.caching_precompile) and config.cache_graphs
+    # dynamo keeps this graph in disc_torch.optimize's package: compile it into a form
+    # the package can hold
+    serializable = caching_active() and config.cache_graphs
     backend = aot_autograd(
         fw_compiler=_graph_compiler(config, "forward", serializable),
         bw_compiler=_graph_compiler(config, "backward", serializable),
@@ -150,7 +157,6 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
 
     Set and restored by hand: this wraps every call, and ``config.patch`` costs about
     33 us against a few us for attribute writes."""
-    import torch._dynamo.config as dynamo_config
     import torch.fx.experimental._config as fx_config
 
     previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
@@ -177,12 +183,26 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     """
     config = DiscConfig.resolve(options)
     package = _open_package(model_or_fn, config)
-    compiled = torch._dynamo.optimize(
-        backend=torch._TorchCompileWrapper(disc_backend, None, dict(options), config.dynamic),
-        dynamic=config.dynamic, package=package.package if package else None)(model_or_fn)
+    if package is not None:
+        compiled = torch._dynamo.optimize(
+            backend=torch._TorchCompileWrapper(disc_backend, None, dict(options),
+                                               config.dynamic),
+            dynamic=config.dynamic, package=package.package,
+            guard_filter_fn=package.pins.filter)(model_or_fn)
+    else:
+        compiled = _full_guards(model_or_fn, options, config)
     saved = [0]
 
     def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal package, compiled
+        if package is not None:
+            try:
+                package.pins.check(args, kwargs)
+            except PinError as exc:
+                warn_once(f"DISC: the traced-graph cache is off for this callable ({exc}); "
+                          "it is traced again with all of dynamo's guards")
+                package.forget_loaded()
+                package, compiled = None, _full_guards(model_or_fn, options, config)
         with tracing_config(config.specialize_floats), caching_graphs(package is not None):
             out = compiled(*args, **kwargs)
         if package is not None and len(package.package.cached_backends) != saved[0]:
@@ -209,6 +229,17 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     if isinstance(model_or_fn, torch.nn.Module):
         return _OptimizedModule(model_or_fn, compiled, run)
     return run
+
+
+def _full_guards(model_or_fn: Any, options: dict[str, Any], config: DiscConfig) -> Any:
+    """dynamo with every guard and no package. Its own backend function: dynamo's cache
+    entries made for the package (identity guards left to DISC) never match it."""
+
+    def disc_backend_full_guards(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        return disc_backend(gm, example_inputs, options=dict(options))
+
+    return torch._dynamo.optimize(backend=disc_backend_full_guards,
+                                  dynamic=config.dynamic)(model_or_fn)
 
 
 def _open_package(model_or_fn: Any, config: DiscConfig) -> GraphPackage | None:

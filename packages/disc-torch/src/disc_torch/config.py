@@ -51,11 +51,10 @@ class DiscConfig:
         cache_graphs: ``optimize`` keeps what it traced (dynamo's transformed code and
             guards, aot_autograd's graphs, DISC's partition) in the compile cache's
             directory, so a new process with the same model and code starts without
-            tracing (:mod:`disc_torch.precompile`). ``torch.compile(...,
-            backend="disc")`` does not get it: there, DISC's graphs only become
-            serializable under torch's own ``TORCH_CACHING_PRECOMPILE=1``, a path DISC
-            does not test (torch then writes nothing while a graph's backward has not
-            run, and drops the whole package).
+            tracing (:mod:`disc_torch.precompile`). Objects dynamo guards by identity
+            are checked by DISC on every call (:mod:`disc_torch.identity`); one that
+            changes turns the cache off for that callable. ``torch.compile(...,
+            backend="disc")`` does not get this cache.
     """
 
     min_cluster_size: int = 2

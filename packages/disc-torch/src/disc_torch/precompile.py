@@ -14,10 +14,10 @@ One package per optimized callable lives under the compile cache's directory, in
 ``torch-graphs-v1/<key>.pkl``. The key covers the function's source file and qualified
 name, the module's structure (``repr``, and the source files of every submodule's class),
 the DISC options, the torch, DISC and Python versions and the hashed sources of disc-torch
-and disc-core; dynamo's guards, kept in the package, check the rest
-(shapes, dtypes, grad mode) on every call as usual, and a miss traces and adds to the
-package. What dynamo cannot keep across processes (guards on object identity) it drops:
-that is why the module's structure is in the key.
+and disc-core. dynamo's guards, kept in the package, check the rest
+(shapes, dtypes, grad mode, constants) on every call as usual, and a miss traces and adds
+to the package. Guards on object identities cannot be kept: DISC drops them from what
+dynamo builds and checks those objects itself on every call (:mod:`disc_torch.identity`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import hashlib
 import itertools
-import logging
 import os
 import pickle
 import re
@@ -45,8 +44,9 @@ from torch._inductor.output_code import OutputCode
 
 from .cluster import warn_once
 from .frozen import FreezeError, freeze_graph, thaw_graph
+from .identity import IdentityPins
 
-__all__ = ["DiscOutputCode", "GraphPackage", "caching_graphs"]
+__all__ = ["DiscOutputCode", "GraphPackage", "NotCacheable", "caching_active", "caching_graphs"]
 
 LAYOUT = "torch-graphs-v1"
 
@@ -166,6 +166,8 @@ class GraphPackage:
     def __init__(self, model_or_fn: Any, config: Any, directory: Path):
         fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
         self.path = directory / LAYOUT / f"{package_key(model_or_fn, config)}.pkl"
+        self.pins = IdentityPins(fn)
+        self._code = getattr(getattr(fn, "__func__", fn), "__code__", None)
         self._saved: set[str] = set()
         self._loaded: bytes | None = None
         self.loaded = False
@@ -176,9 +178,11 @@ class GraphPackage:
             return CompilePackage(fn, None)
         try:
             data = self.path.read_bytes()
-            entry = pickle.loads(data)
-            if not isinstance(entry, PrecompileCacheEntry):
-                raise TypeError(f"holds a {type(entry).__name__}, not a PrecompileCacheEntry")
+            entry, pins = pickle.loads(data)
+            if not isinstance(entry, PrecompileCacheEntry) or not isinstance(pins, dict):
+                raise TypeError("not a (PrecompileCacheEntry, pins) pair")
+            for expression, description in pins.items():
+                self.pins.add(expression, description)
             # the bytes are kept for when the package grows: installing thaws the graphs
             # inside these artifacts in place, and a deep copy costs more than a re-read
             self._loaded = data
@@ -187,12 +191,20 @@ class GraphPackage:
             _skip_installed_names(package)
         except Exception as exc:  # a stale or damaged entry costs a trace, never the run
             self._loaded = None
+            self.pins = IdentityPins(fn)
             warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
                       f"({type(exc).__name__}: {str(exc)[:200]}); tracing again")
             return CompilePackage(fn, None)
         self._saved = set(entry.backends)
         self.loaded = True
         return package
+
+    def forget_loaded(self) -> None:
+        """Stop dynamo from using what was loaded (its entries lack identity guards)."""
+        if self.loaded:
+            from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+            _reset_precompile_entries(self._code)
 
     def save_if_grown(self) -> None:
         """Write the package when this process added graphs to it. A graph whose backend
@@ -213,7 +225,9 @@ class GraphPackage:
         ids = {str(b) for code in entry.codes for b in code.backend_ids}
         if not ids or ids <= self._saved:
             return
-        loaded = pickle.loads(self._loaded).backends if self._loaded else {}
+        if self.pins.unsafe:
+            return
+        loaded = pickle.loads(self._loaded)[0].backends if self._loaded else {}
         backends = {}
         for backend_id in ids:
             artifact = PrecompileContext.serialize_artifact_by_key(backend_id)
@@ -224,7 +238,7 @@ class GraphPackage:
                 return
             backends[backend_id] = artifact
         self._saved = ids
-        data = pickle.dumps(PrecompileCacheEntry(entry, backends))
+        data = pickle.dumps((PrecompileCacheEntry(entry, backends), dict(self.pins.pins)))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
         try:
@@ -255,27 +269,27 @@ def _skip_installed_names(package: CompilePackage) -> None:
     bytecode._unique_id_counter = itertools.count(max(current, top + 1))
 
 
-class _DroppedGuardNotes(logging.Filter):
-    """dynamo warns once per guard it cannot keep across processes (object identities);
-    DISC's package key covers what those guards check, so the notes are noise."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "is dropped with caching_precompile" not in record.getMessage()
-
-
-_guard_log = logging.getLogger("torch._dynamo.guards")
-_guard_log.addFilter(_DroppedGuardNotes())
-
-
 @contextlib.contextmanager
 def caching_graphs(enabled: bool) -> Iterator[None]:
-    """dynamo's precompile switch, on while an optimized callable runs (it decides which
-    guards are built and whether aot_autograd bundles its result)."""
-    import torch._dynamo.config as dynamo_config
+    """On while an optimized callable with a package runs: aot_autograd then bundles its
+    result for the package, and the backend compiles serializable graphs. (Not dynamo's
+    ``caching_precompile``, which would drop identity guards: see
+    :mod:`disc_torch.identity`.)"""
+    import torch._functorch.config as functorch_config
 
-    previous = dynamo_config.caching_precompile
-    dynamo_config.caching_precompile = enabled or previous
+    global _active
+    previous = functorch_config.bundled_autograd_cache, _active
+    functorch_config.bundled_autograd_cache = enabled or previous[0]
+    _active = enabled or previous[1]
     try:
         yield
     finally:
-        dynamo_config.caching_precompile = previous
+        functorch_config.bundled_autograd_cache, _active = previous
+
+
+_active = False
+
+
+def caching_active() -> bool:
+    """Is an optimized callable with a package running (see :func:`caching_graphs`)?"""
+    return _active
