@@ -43,16 +43,20 @@ from .passes import default_pipeline
 engine.register()
 
 
-@functools.lru_cache(maxsize=1)
-def compiler_fingerprint() -> str:
-    """A hash of disc-core's own source: part of every cache key, so a changed compiler
-    (an upgrade, or a development checkout) never loads artifacts an older one built."""
-    root = Path(__file__).parent
+def source_fingerprint(root: Path) -> str:
+    """A hash of every Python file under ``root`` (names and contents)."""
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of disc-core's own source: part of every cache key, so a changed compiler
+    (an upgrade, or a development checkout) never loads artifacts an older one built."""
+    return source_fingerprint(Path(__file__).parent)
 
 
 def _spec(name: str, t: TensorType) -> TensorSpec:

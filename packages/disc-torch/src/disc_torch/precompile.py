@@ -123,12 +123,9 @@ def _bridge_fingerprint() -> str:
     """disc-torch's own source, hashed: a changed bridge (converters, partitioning, this
     format) never loads packages an older one wrote. disc-core's is in
     :func:`~disc_core.compiler.compiler_fingerprint`."""
-    root = Path(__file__).parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    from disc_core.compiler import source_fingerprint
+
+    return source_fingerprint(Path(__file__).parent)
 
 
 def package_key(model_or_fn: Any, config: Any) -> str:
