@@ -256,3 +256,14 @@ def test_function_attributes_of_same_looking_modules_are_told_apart():
         for act in (torch.tanh, torch.sigmoid):
             module = _WithAct(act)
             torch.testing.assert_close(disc_torch.optimize(module)(x), module(x))
+
+
+def test_a_torch_module_keeps_the_cache(recwarn):
+    """nn.Conv2d is traced from nn.Module's call: dynamo's guards name globals installed
+    into that frame's module, which the pins resolve (no fallback to full guards)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8)
+    for _ in range(2):  # the second optimize loads the package the first wrote
+        torch.testing.assert_close(disc_torch.optimize(conv)(x), conv(x))
+    assert not [w for w in recwarn if "cache is off" in str(w.message)]
