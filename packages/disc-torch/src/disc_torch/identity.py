@@ -98,16 +98,24 @@ class IdentityPins:
                 keep.append(True)
                 continue
             keep.append(False)
-            if any(k in NOT_PINNABLE for k in kinds):
-                self.unsafe = self.unsafe or f"dynamo guards the contents of {g.name}"
-            elif not g.has_value:
-                self.unsafe = self.unsafe or f"dynamo guards {g.name} without its value"
-            else:
-                value = type(g.value) if local_type else g.value
-                self.add(f"type({g.name})" if local_type else g.name, describe(value))
+            try:
+                self._pin(g, kinds, local_type)
+            except Exception as exc:  # never break dynamo's guard building: leave the cache
+                self.unsafe = self.unsafe or f"cannot pin {g.name} ({type(exc).__name__})"
         return keep
 
+    def _pin(self, g: Any, kinds: tuple[str, ...], local_type: bool) -> None:
+        """Pin what guard ``g`` checked, or mark the callable unsafe to cache."""
+        if any(k in NOT_PINNABLE for k in kinds):
+            self.unsafe = self.unsafe or f"dynamo guards the contents of {g.name}"
+        elif not g.has_value:
+            self.unsafe = self.unsafe or f"dynamo guards {g.name} without its value"
+        else:
+            value = type(g.value) if local_type else g.value
+            self.add(f"type({g.name})" if local_type else g.name, describe(value))
+
     def add(self, expression: str, description: tuple) -> None:
+        """Pin the object ``expression`` names (dynamo's source syntax) to ``description``."""
         try:
             self._compiled[expression] = compile(expression, "<dynamo guard>", "eval")
         except SyntaxError:
