@@ -259,8 +259,8 @@ def test_function_attributes_of_same_looking_modules_are_told_apart():
 
 
 def test_a_torch_module_keeps_the_cache(recwarn):
-    """nn.Conv2d is traced from nn.Module's call: dynamo's guards name globals installed
-    into that frame's module, which the pins resolve (no fallback to full guards)."""
+    """For nn.Conv2d, dynamo's guards name module aliases that are not in its forward's
+    globals; the pins resolve them (no fallback to full guards)."""
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(3, 4, 3, padding=1)
     x = torch.randn(2, 3, 8, 8)

@@ -168,9 +168,9 @@ class IdentityPins:
 
 class _FrameGlobals:
     """A function's globals as dynamo's guard expressions read them (``G[...]``), plus the
-    names dynamo installs into the globals of the frame it traces, which may be another
-    module's than the function's (an ``nn.Conv2d`` is traced from ``nn.Module``'s call):
-    ``__import_<module>`` aliases and its builtins dict."""
+    names dynamo installs into the globals of the frame it traces, which need not be the
+    function's own module (for an ``nn.Conv2d`` the alias of its module was not in its
+    ``forward``'s globals): ``__import_<module>`` aliases and its builtins dict."""
 
     __slots__ = ("_globals",)
 
