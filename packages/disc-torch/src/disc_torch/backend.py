@@ -39,6 +39,7 @@ from .precompile import (
     NotCacheable,
     caching_active,
     caching_graphs,
+    forward_of,
 )
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
@@ -183,15 +184,7 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     """
     config = DiscConfig.resolve(options)
     package = _open_package(model_or_fn, config)
-    if package is not None:
-        compiled = torch._dynamo.optimize(
-            backend=torch._TorchCompileWrapper(disc_backend, None, dict(options),
-                                               config.dynamic),
-            dynamic=config.dynamic, package=package.package,
-            guard_filter_fn=package.pins.filter)(model_or_fn)
-    else:
-        compiled = _full_guards(model_or_fn, options, config)
-    saved = [0]
+    compiled = _dynamo(model_or_fn, options, config, package)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         nonlocal package, compiled
@@ -202,16 +195,15 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
                 warn_once(f"DISC: the traced-graph cache is off for this callable ({exc}); "
                           "it is traced again with all of dynamo's guards")
                 package.forget_loaded()
-                package, compiled = None, _full_guards(model_or_fn, options, config)
+                package = None
+                compiled = _dynamo(model_or_fn, options, config, None)
         with tracing_config(config.specialize_floats), caching_graphs(package is not None):
             out = compiled(*args, **kwargs)
-        if package is not None and len(package.package.cached_backends) != saved[0]:
-            saved[0] = len(package.package.cached_backends)
+        if package is not None:
             package.save_if_grown()
         return out
 
-    @functools.wraps(model_or_fn if callable(model_or_fn) and not isinstance(
-        model_or_fn, torch.nn.Module) else model_or_fn.forward)
+    @functools.wraps(forward_of(model_or_fn))
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs)
@@ -231,15 +223,21 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     return run
 
 
-def _full_guards(model_or_fn: Any, options: dict[str, Any], config: DiscConfig) -> Any:
-    """dynamo with every guard and no package. Its own backend function: dynamo's cache
-    entries made for the package (identity guards left to DISC) never match it."""
+def _dynamo(model_or_fn: Any, options: dict[str, Any], config: DiscConfig,
+            package: GraphPackage | None) -> Any:
+    """dynamo over ``model_or_fn`` with the DISC backend: with ``package``, recording
+    into it, identity guards left to its pins; without, every guard. A new backend
+    function each time: dynamo's cache entries made for one never match another (those
+    made for a package lack the identity guards)."""
 
-    def disc_backend_full_guards(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+    def disc(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         return disc_backend(gm, example_inputs, options=dict(options))
 
-    return torch._dynamo.optimize(backend=disc_backend_full_guards,
-                                  dynamic=config.dynamic)(model_or_fn)
+    if package is None:
+        return torch._dynamo.optimize(backend=disc, dynamic=config.dynamic)(model_or_fn)
+    return torch._dynamo.optimize(backend=disc, dynamic=config.dynamic,
+                                  package=package.package,
+                                  guard_filter_fn=package.pins.filter)(model_or_fn)
 
 
 def _open_package(model_or_fn: Any, config: DiscConfig) -> GraphPackage | None:

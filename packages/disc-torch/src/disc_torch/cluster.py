@@ -19,6 +19,7 @@ import torch
 
 from disc_core import fallback
 from disc_core.dtypes import DType
+from disc_core.native import fusion_count, launch_counts
 from disc_core.report import KernelTime, ReasonCode, get_collector
 from disc_core.symbolic import parse_expr, solve_linear
 
@@ -118,6 +119,21 @@ class ClusterModule(torch.nn.Module):
         self._settle()
         return self._exe is not None
 
+    def built(self, executable: Any, source: str, seconds: float, target: str) -> bool:
+        """Record a finished build (or compile-cache load) of this cluster in the report;
+        False, with the cluster failed, when it has no native code on a native target."""
+        native = executable.artifact.metadata.get("native")
+        if native is None and target != "reference":
+            self.fail(ReasonCode.COMPILE_ERROR, "no native code: " + str(
+                executable.artifact.metadata.get("native_fallback", "unknown reason")))
+            return False
+        counts = launch_counts(native)  # generated kernels and GEMM calls, apart
+        kernels, library_calls = counts if counts else (None, None)
+        self._recorder.cluster_compiled(
+            self.cluster_id, seconds=seconds, cache_hit=source != "miss", kernels=kernels,
+            fusions=fusion_count(native), library_calls=library_calls)
+        return True
+
     def attach(self, lowered: LoweredCluster, executable: Any) -> None:
         self._lowered = lowered  # frozen_state keeps its text
         self.attach_frozen(lowered.tensor_args, lowered.symbol_sources, executable)
@@ -148,19 +164,19 @@ class ClusterModule(torch.nn.Module):
             "check": self._check, "profile": self._profile,
             "arity": (self.n_own, self.n_ops)}
         lowered = self._lowered
-        if self._build is None and self._exe is None or (
-                lowered is None and self._source_text is None):
+        settled_failed = self._build is None and self._exe is None
+        if settled_failed or (lowered is None and self._source_text is None):
             state["failed"] = True  # runs eagerly, with its reason in the report
-        elif self._source_text is not None:
-            text, types = self._source_text
-            state.update(graph_text=text, input_types=[list(t) for t in types],
-                         tensor_args=self._tensor_args, symbol_sources=self._raw_sources)
-        else:
+            return state
+        if lowered is not None:  # compiled in this process
             graph = lowered.graph
-            state.update(graph_text=str(graph),
-                         input_types=[[v.dtype.np_name, v.rank] for v in graph.inputs],
-                         tensor_args=list(lowered.tensor_args),
-                         symbol_sources=list(lowered.symbol_sources))
+            text, types = str(graph), [(v.dtype.np_name, v.rank) for v in graph.inputs]
+            tensor_args, sources = lowered.tensor_args, lowered.symbol_sources
+        else:  # thawed: kept as it was loaded
+            (text, types), tensor_args, sources = (self._source_text, self._tensor_args,
+                                                   self._raw_sources)
+        state.update(graph_text=text, input_types=[list(t) for t in types],
+                     tensor_args=list(tensor_args), symbol_sources=list(sources))
         return state
 
     def flush_profile(self) -> None:

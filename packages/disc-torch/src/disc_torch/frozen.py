@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from torch.fx.graph_module import _forward_from_src
 
-from disc_core.native import fusion_count, launch_counts
 from disc_core.report import GraphReport, ReasonCode, get_collector
 
 from .cluster import Clock, ClusterModule
@@ -137,17 +136,8 @@ def thaw_graph(state: dict[str, Any], compiler: Any) -> Any:
         except Exception as exc:
             module.fail(ReasonCode.COMPILE_ERROR, f"{type(exc).__name__}: {exc}")
             continue
-        native = exe.artifact.metadata.get("native")
-        if native is None and compiler.target != "reference":  # as at compile time
-            module.fail(ReasonCode.COMPILE_ERROR, "no native code: " + str(
-                exe.artifact.metadata.get("native_fallback", "unknown reason")))
-            continue
-        counts = launch_counts(native) if native else None
-        recorder.cluster_compiled(
-            c["cluster_id"], seconds=time.perf_counter() - start, cache_hit=source != "miss",
-            kernels=counts[0] if counts else None, fusions=fusion_count(native),
-            library_calls=counts[1] if counts else None)
-        module.attach_frozen(c["tensor_args"], c["symbol_sources"], exe,
-                             (c["graph_text"], c["input_types"]))
+        if module.built(exe, source, time.perf_counter() - start, compiler.target):
+            module.attach_frozen(c["tensor_args"], c["symbol_sources"], exe,
+                                 (c["graph_text"], c["input_types"]))
     gm = _thaw_source(state["top"], modules)
     return PartitionedGraph(gm, ordered, recorder, clock)

@@ -21,7 +21,6 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from disc_core.clustering import Support, find_clusters
-from disc_core.native import fusion_count, launch_counts
 from disc_core.report import ReasonCode, get_collector, graph_report
 
 from .cluster import Clock, ClusterModule
@@ -361,20 +360,8 @@ def _compile_all(modules: list[ClusterModule], lowered: list[LoweredCluster | No
             return
         finally:
             handed_off.set()  # a cache hit or a failure never reaches the C compiler
-        artifact = exe.artifact
-        native = artifact.metadata.get("native")
-        if native is None and compiler.target != "reference":
-            module.fail(ReasonCode.COMPILE_ERROR, "no native code: " +
-                        str(artifact.metadata.get("native_fallback", "unknown reason")))
-            return
-        counts = launch_counts(native)  # generated kernels and GEMM calls, apart
-        kernels, library_calls = counts if counts else (None, None)
-        fusions = fusion_count(native)
-        module._recorder.cluster_compiled(
-            module.cluster_id, seconds=time.perf_counter() - start,
-            cache_hit=source != "miss", kernels=kernels, fusions=fusions,
-            library_calls=library_calls)
-        module.attach(low, exe)
+        if module.built(exe, source, time.perf_counter() - start, compiler.target):
+            module.attach(low, exe)
 
     for module, low in zip(modules, lowered):
         if low is not None:

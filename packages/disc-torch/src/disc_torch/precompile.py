@@ -46,7 +46,8 @@ from .cluster import warn_once
 from .frozen import FreezeError, freeze_graph, thaw_graph
 from .identity import IdentityPins
 
-__all__ = ["DiscOutputCode", "GraphPackage", "NotCacheable", "caching_active", "caching_graphs"]
+__all__ = ["DiscOutputCode", "GraphPackage", "NotCacheable", "caching_active", "caching_graphs",
+           "forward_of"]
 
 LAYOUT = "torch-graphs-v1"
 
@@ -109,6 +110,11 @@ def _module_digest(module_name: str) -> str:
     return _file_digest(path, (st.st_size, st.st_mtime_ns))
 
 
+def forward_of(model_or_fn: Any) -> Any:
+    """The function dynamo traces for ``model_or_fn``: a module's bound ``forward``."""
+    return model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
+
+
 class NotCacheable(Exception):
     """The callable has nothing dynamo can keep (a builtin, say): it traces as usual."""
 
@@ -137,8 +143,7 @@ def package_key(model_or_fn: Any, config: Any) -> str:
 
     from . import __version__
 
-    fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
-    inner = innermost_fn(fn)
+    inner = innermost_fn(forward_of(model_or_fn))
     inner = getattr(inner, "__func__", inner)
     if not hasattr(inner, "__code__"):
         raise NotCacheable(f"{type(inner).__name__} has no Python code for dynamo to keep")
@@ -161,12 +166,13 @@ class GraphPackage:
     """The dynamo package of one optimized callable, read from and written to disk."""
 
     def __init__(self, model_or_fn: Any, config: Any, directory: Path):
-        fn = model_or_fn.forward if isinstance(model_or_fn, torch.nn.Module) else model_or_fn
+        fn = forward_of(model_or_fn)
         self.path = directory / LAYOUT / f"{package_key(model_or_fn, config)}.pkl"
         self.pins = IdentityPins(fn)
         self._code = getattr(getattr(fn, "__func__", fn), "__code__", None)
         self._saved: set[str] = set()
-        self._loaded: bytes | None = None
+        self._loaded_bytes: bytes | None = None
+        self._backends_seen = 0
         self.loaded = False
         self.package = self._load(fn)
 
@@ -182,12 +188,12 @@ class GraphPackage:
                 self.pins.add(expression, description)
             # the bytes are kept for when the package grows: installing thaws the graphs
             # inside these artifacts in place, and a deep copy costs more than a re-read
-            self._loaded = data
+            self._loaded_bytes = data
             package = CompilePackage(fn, entry.dynamo)
             package.install(entry.backends)
             _skip_installed_names(package)
         except Exception as exc:  # a stale or damaged entry costs a trace, never the run
-            self._loaded = None
+            self._loaded_bytes = None
             self.pins = IdentityPins(fn)
             warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
                       f"({type(exc).__name__}: {str(exc)[:200]}); tracing again")
@@ -207,7 +213,11 @@ class GraphPackage:
         """Write the package when this process added graphs to it. A graph whose backend
         artifact torch did not keep (its reason is in torch's logs) leaves the package
         unwritten: a partial package would trace again anyway. Never raises: the user's
-        call has already run."""
+        call has already run. Cheap when nothing was added (every call asks)."""
+        seen = len(self.package.cached_backends)
+        if seen == self._backends_seen:
+            return
+        self._backends_seen = seen
         try:
             self._save()
         except Exception as exc:
@@ -224,7 +234,7 @@ class GraphPackage:
             return
         if self.pins.unsafe:
             return
-        loaded = pickle.loads(self._loaded)[0].backends if self._loaded else {}
+        loaded = pickle.loads(self._loaded_bytes)[0].backends if self._loaded_bytes else {}
         backends = {}
         for backend_id in ids:
             artifact = PrecompileContext.serialize_artifact_by_key(backend_id)
