@@ -18,8 +18,11 @@ forward + backward + SGD on a mean-squared loss.
 
 Results: a table on stdout and benchmarks/results/tf_models.json (tf_models.quick.json for
 --quick): one object per (model, mode). Targets are printed as PASS/MISS; a missed target
-does not fail the run, a result that disagrees with TF does (exit 1). The machine load when
-the run started and ended is recorded, since timings on a shared machine vary.
+does not fail the run, a result that disagrees with TF does (exit 1), and so does, in
+training, the gradient of any trainable variable on the first batch
+(``max_grad_rel_err_vs_tf``: ‖g_disc − g_tf‖ / ‖g_tf‖, from fresh copies of the
+weights). The machine load when the run started and ended is recorded, since timings on
+a shared machine vary.
 """
 
 from __future__ import annotations
@@ -103,6 +106,45 @@ def contender(name: str, weights: list[np.ndarray], mode: str, hidden: int, head
     return disc_tf.function(fn, execution=execution, input_signature=sig)
 
 
+#: the largest relative gradient error (per variable) a training run accepts
+GRAD_TOLERANCE = 1e-4
+
+
+def gradient_check(weights: list[np.ndarray], hidden: int, heads: int,
+                   batch: tuple[tf.Tensor, tf.Tensor]) -> dict[str, Any]:
+    """Every trainable variable's gradient of the training loss on one batch, each DISC
+    path against TF graph mode, from fresh copies of the weights: the worst relative
+    error per path and whose it is. A gradient that is ~0 in TF (rounding noise) is
+    measured against 1e-4 of the largest one instead."""
+    sig = [tf.TensorSpec([None, None, hidden], tf.float32)] * 2
+    grads: dict[str, list[np.ndarray]] = {}
+    names: list[str] = []
+    for name in ("tf", "disc", "disc_numpy_function"):
+        keras.utils.set_random_seed(0)
+        model = block(hidden, heads)
+        model.set_weights(weights)
+        names = [v.path if hasattr(v, "path") else v.name for v in model.trainable_variables]
+
+        def gradients(x, target, model=model):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x, training=True) - target))
+            return tape.gradient(loss, model.trainable_variables)
+
+        fn = (tf.function(gradients, input_signature=sig) if name == "tf" else
+              disc_tf.function(gradients, input_signature=sig,
+                               execution="custom_op" if name == "disc" else "numpy_function"))
+        grads[name] = [np.asarray(g) for g in fn(*batch)]
+    scale = max(float(np.linalg.norm(g)) for g in grads["tf"])
+    out: dict[str, Any] = {"max_grad_rel_err_vs_tf": {}, "worst_grad_variable": {}}
+    for name in ("disc", "disc_numpy_function"):
+        errors = [float(np.linalg.norm(d - t)) / max(float(np.linalg.norm(t)), 1e-4 * scale)
+                  for d, t in zip(grads[name], grads["tf"])]
+        worst = int(np.argmax(errors))
+        out["max_grad_rel_err_vs_tf"][name] = errors[worst]
+        out["worst_grad_variable"][name] = names[worst]
+    return out
+
+
 def coverage(fn: Any) -> float:
     graph = fn.coverage()
     nodes = graph.nodes if graph is not None else []
@@ -131,6 +173,8 @@ def run_case(mode: str) -> dict[str, Any]:
         compiles[n] = disc_tf.compile_count() - before
     worst = {n: max(float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-3)))
                     for a, b in zip(outs[n], outs["tf"])) for n in names if n != "tf"}
+    grads = (gradient_check(weights, hidden, heads, batches[0]) if mode == "training"
+             else {})
     timed = batches[:: max(len(batches) // 5, 1)]
     medians = harness.steady(steps, timed, ARGS.rounds, np.asarray, ARGS.repeat)  # fetching waits
 
@@ -160,6 +204,7 @@ def run_case(mode: str) -> dict[str, Any]:
         "steady_ms_per_shape": {n: [round(1e3 * s, 3) for s in v] for n, v in medians.items()},
         "steady_shapes": [f"[{batch}, {x.shape[1]}, {hidden}]" for x, _ in timed],
         "max_rel_diff_vs_tf": worst,
+        **grads,
     }
 
 
@@ -192,7 +237,8 @@ def main() -> int:
               f"x{r['total_speedup_vs_xla'] or float('nan'):.2f}  first pass s "
               f"{r['first_pass_s']}  steady ms {r['steady_ms']}  compiles disc "
               f"{r['disc_compiles']} xla {r['xla_compiles']}  coverage {r['coverage_pct']}%  "
-              f"numpy_function {r['numpy_function']}  max diff {r['max_rel_diff_vs_tf']}",
+              f"numpy_function {r['numpy_function']}  max diff {r['max_rel_diff_vs_tf']}"
+              + (f"  grad err {r['max_grad_rel_err_vs_tf']}" if mode == "training" else ""),
               flush=True)
         print("     " + "; ".join(targets(r)), flush=True)
     load_end = os.getloadavg()
@@ -207,7 +253,12 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {out}")
-    bad = [r for r in rows if max(r["max_rel_diff_vs_tf"].values()) > 2e-3]
+    bad = [r for r in rows if max(r["max_rel_diff_vs_tf"].values()) > 2e-3
+           or max(r.get("max_grad_rel_err_vs_tf", {}).values(), default=0.0) > GRAD_TOLERANCE]
+    for r in bad:
+        print(f"FAIL {r['model']} {r['mode']}: DISC disagrees with TF (results "
+              f"{r['max_rel_diff_vs_tf']}, gradients {r.get('max_grad_rel_err_vs_tf')} at "
+              f"{r.get('worst_grad_variable')})", file=sys.stderr)
     return 1 if bad else 0
 
 

@@ -24,7 +24,9 @@ Results: a table on stdout and benchmarks/results/torch_models.json (torch_model
 for --quick): one object per (model, mode), with the library that ran DISC's GEMMs
 (``disc_gemm_library``: measured per machine, see disc_runtime.native.blas_choice). Targets
 are printed as PASS/MISS; a missed target does not fail the run, a loss that disagrees with
-eager does (exit 1).
+eager does (exit 1), and so does, in training, the gradient of any parameter on the first
+batch (``max_grad_rel_err_vs_eager``: ‖g_disc − g_eager‖ / ‖g_eager‖ over every parameter,
+a fresh copy of the model each): losses can agree while gradients do not.
 """
 
 from __future__ import annotations
@@ -148,6 +150,37 @@ def contender(name: str, base: nn.Module, mode: str) -> tuple[nn.Module, Callabl
     return model, make_step(model, fn, mode)
 
 
+#: the largest relative gradient error (per parameter) a training run accepts
+GRAD_TOLERANCE = 1e-4
+
+
+def gradient_check(base: nn.Module, batch: tuple[Any, Any]) -> dict[str, Any]:
+    """Every parameter's gradient of one training step, DISC against eager, from fresh
+    copies of ``base``: the worst relative error and whose it is. A gradient that is ~0
+    in eager (rounding noise) is measured against 1e-4 of the largest one instead."""
+    import torch._dynamo
+
+    import disc_torch
+
+    x, y = batch
+    eager, disc = copy.deepcopy(base).train(), copy.deepcopy(base).train()
+    eager(x, y).backward()
+    torch._dynamo.reset()
+    disc_torch.optimize(disc)(x, y).backward()
+    want = dict(eager.named_parameters())
+    scale = max(p.grad.norm().item() for p in want.values())
+    errors = {}
+    for name, p in disc.named_parameters():
+        if p.grad is None:
+            errors[name] = float("inf")
+            continue
+        w = want[name].grad
+        errors[name] = (p.grad - w).norm().item() / max(w.norm().item(), 1e-4 * scale)
+    worst = max(errors, key=errors.get)
+    return {"max_grad_rel_err_vs_eager": errors[worst], "worst_grad_parameter": worst,
+            "parameters_checked": len(errors)}
+
+
 def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[str, Any]:
     import torch._dynamo
 
@@ -170,6 +203,8 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
             summary = disc_torch.report().summary()
             coverage = 100.0 * summary.compiled / max(summary.ops, 1)
         steps[n] = step
+    # after the timed first passes: the check's compilations must not warm their cache
+    grads = gradient_check(base, batches[0]) if mode == "training" else {}
     job_cache = tempfile.mkdtemp(prefix="disc-bench-fresh-")
     fresh = {"eager": fresh_first_pass(model_name, mode, "eager"),
              "disc": fresh_first_pass(model_name, mode, "disc", job_cache)}
@@ -201,6 +236,7 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
         "steady_ms": {n: round(1e3 * statistics.median(v), 3) for n, v in medians.items()},
         "coverage_pct": round(coverage, 1),
         "max_loss_rel_diff_vs_eager": worst,
+        **grads,
     }
 
 
@@ -280,7 +316,9 @@ def main() -> int:
                   f"fresh process {r['first_pass_fresh_process_s']}  "
                   f"steady ms {r['steady_ms']}  compiles disc {r['disc_compiles']} "
                   f"({r['disc_graphs']} graphs) inductor {r['inductor_compiles']}  "
-                  f"coverage {r['coverage_pct']}%  loss diff {r['max_loss_rel_diff_vs_eager']:.1e}",
+                  f"coverage {r['coverage_pct']}%  loss diff {r['max_loss_rel_diff_vs_eager']:.1e}"
+                  + (f"  grad err {r['max_grad_rel_err_vs_eager']:.1e} "
+                     f"({r['worst_grad_parameter']})" if mode == "training" else ""),
                   flush=True)
             print("     " + "; ".join(targets(r)), flush=True)
     out = ARGS.output or ROOT / "benchmarks" / "results" / (
@@ -288,7 +326,13 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {out}")
-    bad = [r for r in rows if r["max_loss_rel_diff_vs_eager"] > 2e-3]
+    bad = [r for r in rows if r["max_loss_rel_diff_vs_eager"] > 2e-3
+           or r.get("max_grad_rel_err_vs_eager", 0.0) > GRAD_TOLERANCE]
+    for r in bad:
+        print(f"FAIL {r['model']} {r['mode']}: DISC disagrees with eager (loss "
+              f"{r['max_loss_rel_diff_vs_eager']:.1e}, gradient "
+              f"{r.get('max_grad_rel_err_vs_eager', 0.0):.1e} at "
+              f"{r.get('worst_grad_parameter', '-')})", file=sys.stderr)
     return 1 if bad else 0
 
 

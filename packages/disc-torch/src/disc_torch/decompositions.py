@@ -5,6 +5,12 @@ decompositions of the composite ops transformers and CNNs are made of (softmax, 
 batch norm, GELU, embedding, losses and their backward passes). What remains are
 elementwise ops, reductions, views, indexing and contractions, which the converter table
 covers; an op left undecomposed and unconverted simply runs in torch.
+
+Every decomposition must be exact for EVERY output of its op, not only the first: they
+apply below autograd, where the op's derivative formula still consumes what the op
+returned (a logsumexp, a saved mean). :mod:`disc_torch.decomposition_audit` checks that
+against the kernels; where torch's own decomposition is not (``INEXACT``), DISC uses an
+exact one of its own (``EXACT``) or none.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import functools
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+
+from .attention_decomposition import flash_attention_backward, flash_attention_forward
 
 __all__ = ["decomposition_table"]
 
@@ -45,10 +53,29 @@ KEEP = {aten.gelu.default, aten.index_select.default, aten.unbind.int, aten.spli
         aten.split_with_sizes.default}
 
 
+#: torch decompositions that are wrong for some output of their op (found by
+#: disc_torch.decomposition_audit), with what is wrong: never used.
+INEXACT = {
+    # returns the attention probabilities where the op returns the logsumexp of each
+    # score row, which its backward reads: gradients 100-1000% off
+    aten._scaled_dot_product_flash_attention_for_cpu.default:
+        "second output is the attention matrix, not the logsumexp",
+}
+
+#: DISC's own exact decompositions (they may decline a call with NotImplemented, which
+#: leaves the op to torch).
+EXACT = {
+    aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_forward,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
+        flash_attention_backward,
+}
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
-    for op in KEEP:
+    for op in [*KEEP, *INEXACT]:
         table.pop(op, None)
+    table.update(EXACT)
     return table

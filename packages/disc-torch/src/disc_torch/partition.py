@@ -26,6 +26,7 @@ from disc_core.report import ReasonCode, get_collector, graph_report
 from .cluster import Clock, ClusterModule
 from .config import DiscConfig
 from .flops import estimate_flops
+from .layout import restore_layouts
 from .lowering import LoweredCluster, lower_graph
 from .support import getitem_support, is_sym_node, is_tensor_node, node_support, op_type
 from .symbolic import UnsupportedSize, to_expr
@@ -235,7 +236,8 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     verdicts: dict[torch.fx.Node, Support] = {}
     never: set[torch.fx.Node] = set()
     size_readers = _intermediate_sizes(gm)
-    returned_views = _returned_input_views(gm, _user_visible_outputs(role))
+    visible = _user_visible_outputs(role)
+    returned_views = _returned_input_views(gm, visible)
     for n in nodes:
         if config.excludes(op_type(n)) or config.excludes(str(n.target)):
             never.add(n)
@@ -290,6 +292,10 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
             gm.graph.erase_node(call)
         lowered.append(low)
     _compile_all(modules, lowered, compiler)
+    cluster_calls = {n for n in gm.graph.nodes if n.op == "call_module"
+                     and n.target.startswith(prefix)}
+    restore_layouts(gm, lambda n: n.target is operator.getitem
+                    and n.args[0] in cluster_calls, visible)
     gm.recompile()
     return PartitionedGraph(gm, modules, recorder, clock)
 
@@ -311,6 +317,13 @@ class SymbolSites:
         for p in placeholders:
             meta = p.meta.get("val")
             if isinstance(meta, torch.SymInt) and p.users:
+                self._add(p, None, meta)
+        # last, SymInt inputs no node reads: aot_autograd passes them as ints (a backward
+        # graph's sizes, e.g. of a symbol that appears only in products such as s38*s97);
+        # one that came as None would fail the cluster's call, which then runs eagerly
+        for p in placeholders:
+            meta = p.meta.get("val")
+            if isinstance(meta, torch.SymInt) and not p.users:
                 self._add(p, None, meta)
 
     def _add(self, node: torch.fx.Node, axis: int | None, size: Any) -> None:

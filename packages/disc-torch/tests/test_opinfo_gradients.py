@@ -1,0 +1,51 @@
+"""A fast slice of the OpInfo sweep (ci/opinfo_sweep.py, tox env ``opinfo``): the ops
+transformers and CNNs train with, forward and input gradients against eager, on one
+compiled function per op (later samples are shapes it was not compiled for), alone and
+with ops forced to stay in torch on both sides (clusters next to eager ops in the
+forward and the backward graph)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import fallbacks
+
+import disc_torch
+
+SWEEP_PATH = Path(__file__).resolve().parents[3] / "ci" / "opinfo_sweep.py"
+
+#: differentiable ops DISC converts or decomposes that models are made of
+OPS = ["nn.functional.linear", "matmul", "bmm", "addmm", "softmax", "log_softmax",
+       "nn.functional.layer_norm", "nn.functional.rms_norm", "nn.functional.batch_norm",
+       "nn.functional.gelu", "nn.functional.silu", "nn.functional.relu", "tanh", "sigmoid",
+       "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+       "nn.functional.adaptive_avg_pool2d", "nn.functional.embedding",
+       "nn.functional.cross_entropy", "nn.functional.mse_loss",
+       "nn.functional.scaled_dot_product_attention", "mean", "var", "cat", "transpose",
+       "reshape", "where", "cumsum", "gather", "index_select", "masked_fill", "expand",
+       "split", "pow", "rsqrt", "exp"]
+
+
+def _sweep_module():
+    spec = importlib.util.spec_from_file_location("opinfo_sweep", SWEEP_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["alone", "next_to_torch_ops"])
+def test_opinfo_gradients_match_eager(isolate):
+    sweep = _sweep_module()
+    ops = sweep.select(set(OPS), torch.float32, grad=True)
+    assert {o.name for o in ops} == set(OPS), "an op left OpInfo: update the list"
+    found = sweep.sweep(ops, torch.float32, grad=True, isolate=isolate, samples=2,
+                        log=lambda line: None)
+    assert not found["wrong"] and not found["disc_failure"], found
+    assert len(found["pass"]) >= 2 * len(ops), found["skipped"]
+    summary = disc_torch.report().summary()
+    assert summary.compiled > 0, summary
+    if isolate:
+        assert {op for op, _, _ in fallbacks()} >= {"aten.neg.default"}
