@@ -26,7 +26,8 @@ for --quick): one object per (model, mode), with the library that ran DISC's GEM
 are printed as PASS/MISS; a missed target does not fail the run, a loss that disagrees with
 eager does (exit 1), and so does, in training, the gradient of any parameter on the first
 batch (``max_grad_rel_err_vs_eager``: ‖g_disc − g_eager‖ / ‖g_eager‖ over every parameter,
-a fresh copy of the model each): losses can agree while gradients do not.
+a fresh copy of the model each; a gradient that is zero in exact arithmetic is judged
+against a float64 copy's, see gradient_check): losses can agree while gradients do not.
 """
 
 from __future__ import annotations
@@ -150,35 +151,53 @@ def contender(name: str, base: nn.Module, mode: str) -> tuple[nn.Module, Callabl
     return model, make_step(model, fn, mode)
 
 
-#: the largest relative gradient error (per parameter) a training run accepts
+#: the relative gradient error (per parameter) a training run accepts, and how much
+#: farther from the exact (float64) gradient than eager's float32 one DISC's may be
 GRAD_TOLERANCE = 1e-4
+ROUNDING_FACTOR = 10.0
 
 
 def gradient_check(base: nn.Module, batch: tuple[Any, Any]) -> dict[str, Any]:
     """Every parameter's gradient of one training step, DISC against eager, from fresh
-    copies of ``base``: the worst relative error and whose it is. A gradient that is ~0
-    in eager (rounding noise) is measured against 1e-4 of the largest one instead."""
+    copies of ``base``. A parameter passes when ‖g_disc − g_eager‖ ≤ 1e-4 ‖g_eager‖, or
+    when DISC's gradient is no more than 10x farther from the exact one (a float64 copy's)
+    than eager's float32 gradient is: some gradients are zero in exact arithmetic (a
+    convolution's bias before batch norm, which subtracts the channel mean; a key
+    projection's bias before softmax), eager's value is rounding residue, and two
+    summation orders differ by 100% of it. Those are listed (``grad_rounding_level``)."""
     import torch._dynamo
 
     import disc_torch
 
     x, y = batch
     eager, disc = copy.deepcopy(base).train(), copy.deepcopy(base).train()
+    exact = copy.deepcopy(base).double().train()
     eager(x, y).backward()
+    exact(x.double() if x.is_floating_point() else x, y).backward()
     torch._dynamo.reset()
     disc_torch.optimize(disc)(x, y).backward()
-    want = dict(eager.named_parameters())
-    scale = max(p.grad.norm().item() for p in want.values())
-    errors = {}
+    want, truth = dict(eager.named_parameters()), dict(exact.named_parameters())
+    errors, rounding, mismatches = {}, {}, {}
     for name, p in disc.named_parameters():
         if p.grad is None:
-            errors[name] = float("inf")
+            mismatches[name] = "no gradient"
             continue
-        w = want[name].grad
-        errors[name] = (p.grad - w).norm().item() / max(w.norm().item(), 1e-4 * scale)
-    worst = max(errors, key=errors.get)
-    return {"max_grad_rel_err_vs_eager": errors[worst], "worst_grad_parameter": worst,
-            "parameters_checked": len(errors)}
+        g, w, t = p.grad.double(), want[name].grad.double(), truth[name].grad
+        errors[name] = (g - w).norm().item() / max(w.norm().item(), 1e-300)
+        if errors[name] <= GRAD_TOLERANCE:
+            continue
+        disc_off, eager_off = (g - t).norm().item(), (w - t).norm().item()
+        if disc_off <= ROUNDING_FACTOR * eager_off:
+            rounding[name] = {"rel_err_vs_eager": errors[name], "eager_grad_norm":
+                              w.norm().item(), "disc_vs_eager_distance_to_float64":
+                              disc_off / max(eager_off, 1e-300)}
+        else:
+            mismatches[name] = f"relative error {errors[name]:.2e}"
+    strict = {n: e for n, e in errors.items() if n not in rounding}
+    worst = max(strict, key=strict.get) if strict else None
+    return {"max_grad_rel_err_vs_eager": strict[worst] if worst else None,
+            "worst_grad_parameter": worst, "grad_rounding_level": rounding,
+            "grad_mismatches": mismatches, "parameters_checked": len(errors)}
 
 
 def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[str, Any]:
@@ -318,7 +337,8 @@ def main() -> int:
                   f"({r['disc_graphs']} graphs) inductor {r['inductor_compiles']}  "
                   f"coverage {r['coverage_pct']}%  loss diff {r['max_loss_rel_diff_vs_eager']:.1e}"
                   + (f"  grad err {r['max_grad_rel_err_vs_eager']:.1e} "
-                     f"({r['worst_grad_parameter']})" if mode == "training" else ""),
+                     f"({r['worst_grad_parameter']}; rounding-level: "
+                     f"{sorted(r['grad_rounding_level'])})" if mode == "training" else ""),
                   flush=True)
             print("     " + "; ".join(targets(r)), flush=True)
     out = ARGS.output or ROOT / "benchmarks" / "results" / (
@@ -327,12 +347,11 @@ def main() -> int:
     out.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {out}")
     bad = [r for r in rows if r["max_loss_rel_diff_vs_eager"] > 2e-3
-           or r.get("max_grad_rel_err_vs_eager", 0.0) > GRAD_TOLERANCE]
+           or r.get("grad_mismatches")]
     for r in bad:
         print(f"FAIL {r['model']} {r['mode']}: DISC disagrees with eager (loss "
-              f"{r['max_loss_rel_diff_vs_eager']:.1e}, gradient "
-              f"{r.get('max_grad_rel_err_vs_eager', 0.0):.1e} at "
-              f"{r.get('worst_grad_parameter', '-')})", file=sys.stderr)
+              f"{r['max_loss_rel_diff_vs_eager']:.1e}, gradients "
+              f"{r.get('grad_mismatches')})", file=sys.stderr)
     return 1 if bad else 0
 
 

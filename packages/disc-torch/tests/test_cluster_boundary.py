@@ -12,7 +12,7 @@ import torch
 from helpers import assert_same, fallbacks
 
 import disc_torch
-from disc_torch.layout import match_layout, memory_order
+from disc_torch.layout import match_layout, memory_order, restore_layouts
 
 
 def _permuted_then_viewed(x):
@@ -76,3 +76,23 @@ def test_match_layout_copies_only_when_the_layout_differs():
     y = match_layout(x, (0, 2, 1))
     assert torch.equal(y, x) and y.stride() == (12, 1, 3)
     assert match_layout(y, (0, 2, 1)) is y
+
+
+def test_graph_inputs_a_cluster_may_have_made_get_their_traced_layout():
+    """A backward graph's inputs are tensors the forward saved, which a forward cluster
+    may have produced row-major although torch traced them permuted: torch ops reading
+    them (here a view valid only in the traced layout) get that layout back, also in a
+    graph without clusters of its own."""
+    def g(a):  # ATen calls, as in aot_autograd's graphs
+        return torch.ops.aten.view.default(torch.ops.aten.permute.default(a, [0, 2, 1]),
+                                           [2, 12])
+
+    gm = torch.fx.symbolic_trace(g)
+    placeholder = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    placeholder.meta["val"] = torch.empty(2, 4, 3).permute(0, 2, 1)  # traced layout
+    row_major = torch.randn(2, 3, 4)  # what a cluster returns
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        gm(row_major)
+    assert restore_layouts(gm, lambda n: False, visible=None) == 1
+    gm.recompile()
+    assert torch.equal(gm(row_major), row_major.permute(0, 2, 1).reshape(2, 12))

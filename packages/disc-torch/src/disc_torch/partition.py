@@ -259,6 +259,10 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     recorder = _report(name, nodes, clustering, verdicts)
     clock = Clock()
     if not clustering.clusters:
+        # its inputs may still come from another graph's clusters (tensors a forward
+        # saved for this backward)
+        if restore_layouts(gm, lambda n: False, visible):
+            gm.recompile()
         return PartitionedGraph(gm, [], recorder, clock)
 
     ids = [c.id for c in clustering.clusters]
