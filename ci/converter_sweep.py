@@ -37,10 +37,11 @@ KEEP = 48
 
 def harvest(dtype: Any, ops: set[Any], samples: int = 3) -> dict[Any, list[tuple]]:
     """ATen calls of ``ops`` made by the OpInfo samples of ``dtype``, forward and backward:
-    op -> [(args, kwargs)], tensors detached and cloned."""
+    op -> [(args, kwargs)], tensors detached and cloned. Calls without a tensor argument
+    (``arange``, ``full``) are left to the OpInfo sweep: there is nothing to feed."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_map
+    from torch.utils._pytree import tree_leaves, tree_map
 
     calls: dict[Any, list[tuple]] = defaultdict(list)
 
@@ -50,7 +51,8 @@ def harvest(dtype: Any, ops: set[Any], samples: int = 3) -> dict[Any, list[tuple
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func in ops and len(calls[func]) < KEEP:
+            if (func in ops and len(calls[func]) < KEEP and any(
+                    isinstance(t, torch.Tensor) for t in tree_leaves((args, kwargs)))):
                 calls[func].append(tree_map(keep, (args, kwargs)))
             return func(*args, **kwargs)
 
@@ -68,7 +70,7 @@ def harvest(dtype: Any, ops: set[Any], samples: int = 3) -> dict[Any, list[tuple
                         sum(t.sum() for t in outs).backward()
             except Exception:
                 continue
-    return calls
+    return {op: found for op, found in calls.items() if found}
 
 
 def _shape_key(call: tuple) -> tuple:
