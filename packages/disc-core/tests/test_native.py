@@ -765,6 +765,24 @@ def test_column_reductions_other_than_sums_keep_their_own_kernel(compiler) -> No
     assert kernels(exe) == {"column": 1, "loop": 1}
 
 
+@pytest.mark.parametrize("first", [[0, 1], [0]])
+def test_column_sums_over_different_rows_of_one_space_stay_apart(compiler, first) -> None:
+    """Sums over [0, 1] and over [0] of [B, 16, 16] tensors are column reductions over one
+    space with different rows: merged into one kernel, one of them summed the wrong rows
+    and wrote past its output (1e32 off, or malloc aborting the process). An attention
+    output projection's backward has both (bias and weight gradients)."""
+    b = GraphBuilder("two_depths")
+    b.symbol("B")
+    x = b.input("x", "f32", ["B", 16, 16])
+    y = b.input("y", "f32", ["B", 16, 16])
+    other = [0] if first == [0, 1] else [0, 1]
+    g = b.build(b.reduce(x, kind="sum", axes=first), b.reduce(y, kind="sum", axes=other))
+    rng = np.random.default_rng(0)
+    for n in (4, 1, 7):
+        xs = [rng.standard_normal((n, 16, 16)).astype(np.float32) for _ in range(2)]
+        check(compiler, g, xs, rtol=1e-5, atol=1e-4)
+
+
 def test_column_epilogue_in_a_speculative_kernel(compiler) -> None:
     """The host kernel reads y[M, H] broadcast to [N, H] (M may be 1 at run time): both of
     its versions accumulate the column sums."""

@@ -457,14 +457,12 @@ def test_sizes_of_intermediates_are_computed_inside_their_cluster():
     assert disc_torch.compile_count() - before == 2  # forward and backward, once each
 
 
-def test_a_size_symbol_only_an_unread_graph_input_carries_is_found(monkeypatch):
+def test_a_size_symbol_only_an_unread_graph_input_carries_is_found():
     """A backward graph's size that no node reads (aot_autograd still passes it) is the
     only place a symbol that appears in products alone (``s38*s97``) can be read from:
     clusters needing it compiled once it was used (before, they fell back with 'size
     symbol ... is not known inside the cluster')."""
     import torch.fx.experimental._config as fx_config
-
-    monkeypatch.setattr(fx_config, "use_duck_shape", False)
 
     def fn(logits, labels):
         shifted = F.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
@@ -472,11 +470,12 @@ def test_a_size_symbol_only_an_unread_graph_input_carries_is_found(monkeypatch):
                                ignore_index=-100)
 
     compiled = torch.compile(fn, backend="disc", dynamic=True)
-    for s in (7, 9, 4):
-        x = torch.randn(2, s, 11, requires_grad=True)
-        labels = torch.randint(0, 11, (2, s))
-        assert_same(torch.autograd.grad(compiled(x, labels), x),
-                    torch.autograd.grad(fn(x, labels), x))
+    with fx_config.patch(use_duck_shape=False):  # every size its own symbol
+        for s in (7, 9, 4):
+            x = torch.randn(2, s, 11, requires_grad=True)
+            labels = torch.randint(0, 11, (2, s))
+            assert_same(torch.autograd.grad(compiled(x, labels), x),
+                        torch.autograd.grad(fn(x, labels), x))
     assert not [d for _, _, d in fallbacks() if "not known inside" in d], fallbacks()
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import record
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tensorflow.python.framework.ops import EagerTensor
 
@@ -31,7 +32,7 @@ from disc_core.native import fusion_count, launch_counts
 from disc_core.report import ReasonCode, configure, get_collector, graph_report
 
 from .config import DiscConfig
-from .partition import Analysis, analyze, compile_cluster, lower_cluster
+from .partition import Analysis, analyze, compile_cluster, lower_cluster, overrides_gradient
 from .rewrite import Launch, rebuild_function
 
 __all__ = ["DiscFallbackWarning", "DiscFunction", "compile_count", "disable", "enable",
@@ -112,6 +113,11 @@ class _Entry:
     launches: list[Launch] = field(default_factory=list)
     recorder: Any = None
     keepalive: list[Any] = field(default_factory=list)
+    # False when the function holds custom gradients (tf.custom_gradient, tf.nn.swish):
+    # their gradient functions close over the original graph's tensors, so TensorFlow can
+    # differentiate the original function but not the rebuilt one
+    rebuilt_differentiable: bool = True
+    name: str = ""
 
 
 class DiscFunction:
@@ -130,6 +136,8 @@ class DiscFunction:
             tf_kwargs["jit_compile"] = True  # the user keeps XLA: DISC stays out
         self._pinned = tf_kwargs.get("input_signature") is not None
         self._tf = _ORIGINAL_FUNCTION(python_function, **tf_kwargs)
+        self._tf_args = (python_function, dict(tf_kwargs))
+        self._traced = False  # whether self._tf has completed a trace
         self._entries: dict[str, _Entry] = {}
         self._static_keys: set[str] = set()
         # fast-path signature -> (entry, positions of the arguments its flat inputs are)
@@ -201,11 +209,42 @@ class DiscFunction:
                         f is args[i] for f, i in zip(flat, tensors)):
                     self._fast[fast] = (entry, tensors)
         start = time.perf_counter()
-        out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
+        if entry.rebuilt_differentiable:
+            out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
+        else:
+            out = self._call_keeping_gradient(entry, flat)
         # the rebuilt function returns a flat list: restore the Python function's structure
         out = cf.function_type.pack_output(tf.nest.flatten(out, expand_composites=True))
         if tf.executing_eagerly():
             self._after_call(entry, time.perf_counter() - start)
+        return out
+
+    @staticmethod
+    def _call_keeping_gradient(entry: _Entry, flat: list[Any]) -> Any:
+        """Call a rebuilt function TensorFlow cannot differentiate (it held custom
+        gradients) so that any gradient taken is the original function's. Under a tape
+        (eager, or inside a function being traced) the original runs: the tape records
+        its gradient. Otherwise the rebuilt one runs; traced into another function, its
+        call op gets the original's gradient for ``tf.gradients`` (TensorFlow's delayed
+        rewrite: if the outer graph is differentiated through this call, the call becomes
+        the original's forward, so that forward runs in TensorFlow)."""
+        cf, rebuilt = entry.original, entry.rebuilt
+        if record.could_possibly_record():
+            warn_once(f"DISC: function {entry.name} runs in TensorFlow under a "
+                      "GradientTape: it has custom gradients (tf.custom_gradient, e.g. "
+                      "tf.nn.swish), which TensorFlow cannot take through the function DISC "
+                      "rebuilt (a train step traced whole, as Keras fit does, keeps DISC)")
+            return cf._call_flat(flat, cf.captured_inputs)  # noqa: SLF001
+        if tf.executing_eagerly():
+            return rebuilt._call_flat(flat, rebuilt.captured_inputs)  # noqa: SLF001
+        graph = tf.compat.v1.get_default_graph()
+        before = len(graph.get_operations())
+        out = rebuilt._call_flat(flat, rebuilt.captured_inputs)  # noqa: SLF001
+        name = rebuilt.name.decode() if isinstance(rebuilt.name, bytes) else str(rebuilt.name)
+        for op in graph.get_operations()[before:]:
+            if op.type in ("PartitionedCall", "StatefulPartitionedCall") and \
+                    op.get_attr("f").name == name:
+                op._gradient_function = cf._get_gradient_function()  # noqa: SLF001
         return out
 
     def _fits_signature(self, args: tuple[Any, ...]) -> bool:
@@ -304,7 +343,17 @@ class DiscFunction:
         return "custom_op"
 
     def _build(self, args: Any, kwargs: Any) -> _Entry:
-        cf = self._tf.get_concrete_function(*args, **kwargs)
+        try:
+            cf = self._tf.get_concrete_function(*args, **kwargs)
+        except Exception:
+            if not self._traced:
+                # TensorFlow lets only a tf.function's first trace create variables (a
+                # Keras optimizer's slots, built in the train step), and a first trace
+                # that raised leaves it unable to create any: the per-shape retry would
+                # fail. A fresh tf.function makes the next trace the first again.
+                self._tf = _ORIGINAL_FUNCTION(self._tf_args[0], **self._tf_args[1])
+            raise
+        self._traced = True
         entry = _Entry(cf)
         config = self._config
         if config.report_path:
@@ -357,6 +406,17 @@ class DiscFunction:
             entry.rebuilt = None
             return entry
         entry.launches = launches
+        if any(overrides_gradient(op) for op in cf.graph.get_operations()):
+            if [id(t) for t in entry.rebuilt.captured_inputs] != \
+                    [id(t) for t in cf.captured_inputs]:
+                # the original's gradient could not be attached to a call of the rebuilt
+                # function (its inputs differ): this function stays in TensorFlow
+                warn_once(f"DISC: function {name} runs in TensorFlow: it has custom "
+                          "gradients and its rebuilt form captures other inputs")
+                entry.rebuilt = None
+                return entry
+            entry.rebuilt_differentiable = False
+            entry.name = name
         _flush_cluster_calls()  # calls so far of a shared cluster key go to its old owner
         for launch in launches:
             _launch_owners[launch.key] = (recorder, launch.cluster_id,

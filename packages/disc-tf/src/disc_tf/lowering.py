@@ -155,8 +155,13 @@ class Lowering:
 
     def broadcast_to(self, v: Value, shape: Sequence[Expr | int]) -> Value:
         """numpy broadcasting to ``shape``. A symbolic operand dim that differs from the
-        target dim is taken as equal to it (checked at run time by the module; a failed
-        check falls the cluster back to TensorFlow), never as an implicit 1."""
+        target dim maps onto it through ``broadcast_in_dim``, whose result has the target
+        dims: at run time the operand dim must equal the target dim or be 1 (numpy's
+        implicit broadcast, which the module performs); anything else fails the module's
+        check and the cluster falls back to TensorFlow. Returning the operand unchanged
+        instead would give a value of the operand's run-time shape wherever those dims
+        differ (a ``BroadcastTo`` of a ``[n, 1, c]`` tensor fed from TensorFlow with
+        unknown static dims returned ``[n, 1, c]``, not ``[n, k, c]``)."""
         dims = tuple(as_expr(d) for d in shape)
         if tuple(v.shape) == dims:
             return v
@@ -175,10 +180,8 @@ class Lowering:
                 raise ConversionError(f"cannot broadcast dim {d} to {target}")
             kept.append(offset + i)
             kept_dims.append(d)
-        if len(kept) == len(dims):
-            # same rank, only assumed-equal symbolic dims differ: no data movement needed
-            return v
-        v = self.reshape(v, kept_dims)
+        if len(kept) < v.rank:
+            v = self.reshape(v, kept_dims)
         return self.op("broadcast_in_dim", v, shape=list(dims), broadcast_dimensions=kept)
 
     @staticmethod

@@ -34,7 +34,7 @@ from disc_core.symbolic import Expr
 from .converters import Known, lookup
 from .lowering import TF_DTYPES, ConversionError, Lowering, core_dtype
 
-__all__ = ["Analysis", "LoweredCluster", "analyze", "lower_cluster"]
+__all__ = ["Analysis", "LoweredCluster", "analyze", "lower_cluster", "overrides_gradient"]
 
 #: ops that are not computation: never clustered, not in the report
 NOT_COMPUTE = {"Placeholder", "Const", "NoOp"}
@@ -312,30 +312,74 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
                 lambda e: canon(e) if isinstance(e, Expr) else e, otypes=[object])(k)
     for op in members:
         convert_op(ctx, op)
+    classes = _gradient_classes(ctx, members)
     input_values = {id(ctx.values[t.name]): t for t in inputs}
     outputs: list[tf.Tensor] = []
     index: list[int | None] = []
     passthrough: dict[int, tf.Tensor] = {}
     graph_outputs: list[Value] = []
+    slots: dict[tuple[int, str | None], int] = {}
     for op in members:
         for t in op.outputs:
             if not outside_readers.get(t.name):
                 continue
             v = ctx.value(t)
             outputs.append(t)
-            if id(v) in input_values:
+            # tensors share a launch output (or pass an input through) only when their
+            # gradients agree too: the launch's gradient sees one output per slot
+            cls = classes.get(t.name)
+            if id(v) in input_values and cls is None:
                 passthrough[len(outputs) - 1] = input_values[id(v)]
                 index.append(None)
                 continue
-            if any(v is g for g in graph_outputs):
-                index.append(next(i for i, g in enumerate(graph_outputs) if g is v))
-                continue
-            graph_outputs.append(v)
-            index.append(len(graph_outputs) - 1)
+            key = (id(v), cls)
+            if key not in slots:
+                slots[key] = len(graph_outputs)
+                graph_outputs.append(v)
+            index.append(slots[key])
     graph = ctx.b.graph
     graph.outputs = graph_outputs
     graph.verify()
     return LoweredCluster(graph, members, inputs, outputs, index, passthrough)
+
+
+#: ops whose output equals their input but whose gradient does not pass through
+GRADIENT_BARRIERS = frozenset({"StopGradient", "PreventGradient"})
+
+
+def overrides_gradient(op: tf.Operation) -> bool:
+    """Whether the graph gives ``op`` a gradient of its own (``gradient_override_map``:
+    ``tf.custom_gradient`` marks its IdentityN this way)."""
+    try:
+        op.get_attr("_gradient_op_type")
+    except ValueError:
+        return False
+    return True
+
+
+def _gradient_classes(ctx: Lowering, members: list[tf.Operation]) -> dict[str, str | None]:
+    """Per member tensor that carries an operand's value unchanged (an Identity, a
+    StopGradient, a no-op Reshape): which gradient barrier it sits behind, by the barrier's
+    tensor name; None for a value whose gradient is the plain one.
+
+    A cluster returns each distinct value once and passes inputs through, which is right
+    for the values; but the launch's gradient (:mod:`disc_tf.gradients`) differentiates the
+    one tensor that stands for each output, so ``x`` and ``stop_gradient(x)``, both read
+    outside, must not share an output, nor may ``stop_gradient(input)`` become the input."""
+    classes: dict[str, str | None] = {}
+    for op in members:
+        barrier = op.type in GRADIENT_BARRIERS or overrides_gradient(op)
+        for t in op.outputs:
+            v = ctx.values.get(t.name)
+            src = next((u for u in op.inputs if v is not None and
+                        ctx.values.get(u.name) is v), None)
+            if src is None:
+                classes[t.name] = None  # a value of its own
+            elif barrier:
+                classes[t.name] = t.name
+            else:
+                classes[t.name] = classes.get(src.name)
+    return classes
 
 
 def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tensor],

@@ -236,12 +236,31 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
     outputs = [_tensor_name(resolve(gd_name(t.name))) for t in cf.outputs]
     new = wrap_function.function_from_graph_def(out, [t.name for t in cf.inputs], outputs,
                                                 captures)
+    _keep_gradient_functions(cf.graph, new.graph, dropped)
     new._function_type = cf.function_type  # noqa: SLF001  (as TF-TRT's converter does)
     new.graph.structured_input_signature = cf.structured_input_signature
     # a call marks these variables as read, so a GradientTape around it watches them
     # (trainable variables are watched automatically; without this their gradients are None)
     new.graph.variables = cf.graph.variables
     return new
+
+
+def _keep_gradient_functions(old: tf.Graph, new: tf.Graph, dropped: set[str]) -> None:
+    """Give the rebuilt graph's ops the gradient functions TensorFlow attached to the
+    original ones in Python, which a GraphDef does not carry. A call of another
+    tf.function gets its gradient that way while it is traced (Keras convolves through
+    one, ``_conv_xla``, when the input's feature dim is unknown, as in a trace with
+    every dim relaxed); without it, a GradientTape around the rebuilt function falls back
+    to ``SymbolicGradient``, which fails on the callee's resource (variable) inputs."""
+    for op in old.get_operations():
+        fn = op._gradient_function  # noqa: SLF001
+        if fn is None or op.name in dropped:
+            continue
+        try:
+            target = new.get_operation_by_name(op.name)
+        except (KeyError, ValueError):
+            continue  # pruned: nothing reads it
+        target._gradient_function = fn  # noqa: SLF001
 
 
 def _drop_colocation(node: node_def_pb2.NodeDef) -> None:

@@ -505,6 +505,16 @@ def _order_steps(steps: list[Step]) -> list[Step]:
     return [steps[n] for n in out]
 
 
+def _schedule(k: Kernel) -> tuple:
+    """What two kernels must share to run as one: kind, iteration space and, for column
+    reductions, how many leading dims are rows (a sum over [0, 1] and one over [0] of the
+    same [4, 16, 16] split it differently: merged, one of them summed the wrong rows and
+    wrote past its output)."""
+    rows = (frozenset(len(red_axes(op) or ()) for op in k.reductions)
+            if k.kind == "column" else frozenset())
+    return k.kind, tuple(k.space), rows
+
+
 def _merge_horizontally(steps: list[Step], kinds: tuple[str, ...]) -> list[Step]:
     """Merge independent kernels of the same kind (one of ``kinds``) over the same space.
 
@@ -520,8 +530,8 @@ def _merge_horizontally(steps: list[Step], kinds: tuple[str, ...]) -> list[Step]
             group = [n]
             for m in range(n + 1, len(steps)):
                 t = steps[m]
-                if (m in absorbed or not isinstance(t, Kernel) or t.kind != s.kind
-                        or tuple(t.space) != tuple(s.space)):
+                if (m in absorbed or not isinstance(t, Kernel)
+                        or _schedule(t) != _schedule(s)):
                     continue
                 if any(reach[g] >> m & 1 or reach[m] >> g & 1 for g in group):
                     continue

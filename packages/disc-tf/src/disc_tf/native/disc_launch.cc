@@ -69,8 +69,14 @@ void RecordFailure(const std::string &key, const std::string &message) {
   g_failure_count.fetch_add(1);
 }
 
+// Outputs are allocated as temporaries and handed to TensorFlow only once the module
+// has succeeded: a module that fails after allocating some outputs (a run-time dim check
+// in a later kernel) leaves them unset, so the fallback can set every output itself
+// (setting an output twice is a fatal CHECK in TensorFlow).
 struct AllocState {
   OpKernelContext *ctx;
+  std::vector<Tensor> outputs;
+  std::vector<bool> allocated;
   std::string error;
 };
 
@@ -84,12 +90,18 @@ void *Allocate(void *opaque, int64_t index, int64_t rank, const int64_t *shape) 
       return nullptr;
     }
   }
-  Tensor *out = nullptr;
-  auto s = state->ctx->allocate_output(static_cast<int>(index), ts, &out);
+  if (index < 0 || index >= static_cast<int64_t>(state->outputs.size())) {
+    state->error = "output index " + std::to_string(index) + " out of range";
+    return nullptr;
+  }
+  Tensor *out = &state->outputs[index];
+  auto s = state->ctx->allocate_temp(state->ctx->expected_output_dtype(static_cast<int>(index)),
+                                     ts, out);
   if (!s.ok()) {
     state->error = "allocating output " + std::to_string(index) + ": " + std::string(s.message());
     return nullptr;
   }
+  state->allocated[index] = true;
   if (out->NumElements() == 0) return g_nonnull;
   return const_cast<char *>(out->tensor_data().data());
 }
@@ -185,7 +197,8 @@ class DiscLaunchOp : public AsyncOpKernel {
                                      : const_cast<char *>(t.tensor_data().data());
       for (int d = 0; d < t.dims(); ++d) dims.push_back(t.dim_size(d));
     }
-    AllocState state{ctx, ""};
+    AllocState state{ctx, std::vector<Tensor>(ctx->num_outputs()),
+                     std::vector<bool>(ctx->num_outputs(), false), ""};
     disc_env env;
     std::memset(&env, 0, sizeof(env));
     env.alloc = &Allocate;
@@ -205,6 +218,13 @@ class DiscLaunchOp : public AsyncOpKernel {
       *error = err[0] ? std::string(err) : "disc_run returned " + std::to_string(rc);
       return false;
     }
+    for (int i = 0; i < ctx->num_outputs(); ++i) {
+      if (!state.allocated[i]) {
+        *error = "the module did not produce output " + std::to_string(i);
+        return false;
+      }
+    }
+    for (int i = 0; i < ctx->num_outputs(); ++i) ctx->set_output(i, state.outputs[i]);
     return true;
   }
 
