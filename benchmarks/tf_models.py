@@ -21,7 +21,8 @@ Results: a table on stdout and benchmarks/results/tf_models.json (tf_models.quic
 does not fail the run, a result that disagrees with TF does (exit 1), and so does, in
 training, the gradient of any trainable variable on the first batch
 (``max_grad_rel_err_vs_tf``: ‖g_disc − g_tf‖ / ‖g_tf‖, from fresh copies of the
-weights). The machine load when the run started and ended is recorded, since timings on
+weights; a gradient that is zero in exact arithmetic is judged against TF's in float64, see
+gradient_check). The machine load when the run started and ended is recorded, since timings on
 a shared machine vary.
 """
 
@@ -106,42 +107,70 @@ def contender(name: str, weights: list[np.ndarray], mode: str, hidden: int, head
     return disc_tf.function(fn, execution=execution, input_signature=sig)
 
 
-#: the largest relative gradient error (per variable) a training run accepts
+#: the relative gradient error (per variable) a training run accepts, and how much farther
+#: from the exact (float64) gradient than TF's float32 one DISC's may be
 GRAD_TOLERANCE = 1e-4
+ROUNDING_FACTOR = 10.0
+
+
+def _gradients(name: str, weights: list[np.ndarray], hidden: int, heads: int,
+               batch: tuple[tf.Tensor, tf.Tensor], dtype: str = "float32"
+               ) -> tuple[list[str], list[np.ndarray]]:
+    """(variable names, gradients of the training loss on ``batch``) of one contender."""
+    previous = keras.config.floatx()
+    keras.config.set_floatx(dtype)
+    try:
+        keras.utils.set_random_seed(0)
+        model = block(hidden, heads)
+    finally:
+        keras.config.set_floatx(previous)
+    model.set_weights([w.astype(dtype) for w in weights])
+    names = [getattr(v, "path", v.name) for v in model.trainable_variables]
+
+    def gradients(x, target):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - target))
+        return tape.gradient(loss, model.trainable_variables)
+
+    sig = [tf.TensorSpec([None, None, hidden], dtype)] * 2
+    fn = (tf.function(gradients, input_signature=sig) if name == "tf" else
+          disc_tf.function(gradients, input_signature=sig,
+                           execution="custom_op" if name == "disc" else "numpy_function"))
+    return names, [np.asarray(g, np.float64) for g in fn(*[tf.cast(t, dtype) for t in batch])]
 
 
 def gradient_check(weights: list[np.ndarray], hidden: int, heads: int,
                    batch: tuple[tf.Tensor, tf.Tensor]) -> dict[str, Any]:
     """Every trainable variable's gradient of the training loss on one batch, each DISC
-    path against TF graph mode, from fresh copies of the weights: the worst relative
-    error per path and whose it is. A gradient that is ~0 in TF (rounding noise) is
-    measured against 1e-4 of the largest one instead."""
-    sig = [tf.TensorSpec([None, None, hidden], tf.float32)] * 2
-    grads: dict[str, list[np.ndarray]] = {}
-    names: list[str] = []
-    for name in ("tf", "disc", "disc_numpy_function"):
-        keras.utils.set_random_seed(0)
-        model = block(hidden, heads)
-        model.set_weights(weights)
-        names = [v.path if hasattr(v, "path") else v.name for v in model.trainable_variables]
-
-        def gradients(x, target, model=model):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(x, training=True) - target))
-            return tape.gradient(loss, model.trainable_variables)
-
-        fn = (tf.function(gradients, input_signature=sig) if name == "tf" else
-              disc_tf.function(gradients, input_signature=sig,
-                               execution="custom_op" if name == "disc" else "numpy_function"))
-        grads[name] = [np.asarray(g) for g in fn(*batch)]
-    scale = max(float(np.linalg.norm(g)) for g in grads["tf"])
-    out: dict[str, Any] = {"max_grad_rel_err_vs_tf": {}, "worst_grad_variable": {}}
-    for name in ("disc", "disc_numpy_function"):
-        errors = [float(np.linalg.norm(d - t)) / max(float(np.linalg.norm(t)), 1e-4 * scale)
-                  for d, t in zip(grads[name], grads["tf"])]
-        worst = int(np.argmax(errors))
-        out["max_grad_rel_err_vs_tf"][name] = errors[worst]
-        out["worst_grad_variable"][name] = names[worst]
+    path against TF graph mode, from fresh copies of the weights. A variable passes when
+    ‖g_disc − g_tf‖ ≤ 1e-4 ‖g_tf‖, or when DISC's gradient is no more than 10x farther
+    from the exact one (TF's, in float64) than TF's float32 gradient is: a key projection's
+    bias has a gradient that is zero in exact arithmetic (softmax ignores a constant added
+    to every score of a row), TF's float32 value is rounding residue and two summation
+    orders differ by 100% of it. Those are listed (``grad_rounding_level``)."""
+    names, want = _gradients("tf", weights, hidden, heads, batch)
+    _, exact = _gradients("tf", weights, hidden, heads, batch, "float64")
+    out: dict[str, Any] = {"max_grad_rel_err_vs_tf": {}, "worst_grad_variable": {},
+                           "grad_rounding_level": {}, "grad_mismatches": {}}
+    for contender in ("disc", "disc_numpy_function"):
+        _, got = _gradients(contender, weights, hidden, heads, batch)
+        strict, rounding, mismatches = {}, {}, {}
+        for name, g, w, t in zip(names, got, want, exact):
+            err = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), 1e-300)
+            disc_off, tf_off = float(np.linalg.norm(g - t)), float(np.linalg.norm(w - t))
+            if err <= GRAD_TOLERANCE:
+                strict[name] = err
+            elif disc_off <= ROUNDING_FACTOR * tf_off:
+                rounding[name] = {"rel_err_vs_tf": err,
+                                  "disc_vs_tf_distance_to_float64": disc_off / max(tf_off, 1e-300)}
+            else:
+                mismatches[name] = f"relative error {err:.2e}"
+                strict[name] = err
+        worst = max(strict, key=strict.get) if strict else None
+        out["max_grad_rel_err_vs_tf"][contender] = strict[worst] if worst else None
+        out["worst_grad_variable"][contender] = worst
+        out["grad_rounding_level"][contender] = rounding
+        out["grad_mismatches"][contender] = mismatches
     return out
 
 
@@ -254,11 +283,11 @@ def main() -> int:
     out.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"wrote {out}")
     bad = [r for r in rows if max(r["max_rel_diff_vs_tf"].values()) > 2e-3
-           or max(r.get("max_grad_rel_err_vs_tf", {}).values(), default=0.0) > GRAD_TOLERANCE]
+           or any(r.get("grad_mismatches", {}).values())]
     for r in bad:
         print(f"FAIL {r['model']} {r['mode']}: DISC disagrees with TF (results "
-              f"{r['max_rel_diff_vs_tf']}, gradients {r.get('max_grad_rel_err_vs_tf')} at "
-              f"{r.get('worst_grad_variable')})", file=sys.stderr)
+              f"{r['max_rel_diff_vs_tf']}, gradients {r.get('grad_mismatches')})",
+              file=sys.stderr)
     return 1 if bad else 0
 
 

@@ -35,10 +35,12 @@ import opinfo_sweep  # noqa: E402  (ci/, this script's own directory)
 KEEP = 48
 
 
-def harvest(dtype: Any, ops: set[Any], samples: int = 3) -> dict[Any, list[tuple]]:
+def harvest(dtype: Any, ops: set[Any], samples: int = 3,
+            sources: set[str] = frozenset()) -> dict[Any, list[tuple]]:
     """ATen calls of ``ops`` made by the OpInfo samples of ``dtype``, forward and backward:
     op -> [(args, kwargs)], tensors detached and cloned. Calls without a tensor argument
-    (``arange``, ``full``) are left to the OpInfo sweep: there is nothing to feed."""
+    (``arange``, ``full``) are left to the OpInfo sweep: there is nothing to feed.
+    ``sources``: only these OpInfo ops' samples (default: all)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves, tree_map
@@ -56,7 +58,7 @@ def harvest(dtype: Any, ops: set[Any], samples: int = 3) -> dict[Any, list[tuple
                 calls[func].append(tree_map(keep, (args, kwargs)))
             return func(*args, **kwargs)
 
-    for info in opinfo_sweep.select(set(), dtype, grad=False):
+    for info in opinfo_sweep.select(set(sources), dtype, grad=False):
         try:
             cases = list(info.sample_inputs("cpu", dtype, requires_grad=True))[:samples]
         except Exception:
@@ -158,6 +160,28 @@ def differentiable(func: Any, call: tuple) -> bool:
         return False
 
 
+def sweep_converters(calls: dict[Any, list[tuple]], isolate: bool,
+                     log: Any = print) -> dict[str, Any]:
+    """Each recorded op through DISC against eager (gradients where eager has them):
+    opinfo_sweep's {"pass", "wrong", "disc_failure", "skipped"} plus how many ops were
+    differentiable."""
+    import torch
+
+    cops = []
+    for func in sorted(calls, key=str):
+        chosen = choose(calls[func])
+        cops.append((ConverterOp(func, chosen), differentiable(func, chosen[0])))
+    found: dict[str, Any] = defaultdict(list)
+    for grad in (True, False):
+        part = opinfo_sweep.sweep([c for c, d in cops if d == grad], torch.float32,
+                                  grad=grad, isolate=isolate, samples=3,
+                                  log=log)
+        for k, v in part.items():
+            found[k] += v
+    found["differentiable"] = sum(d for _, d in cops)
+    return found
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", default="", help="comma list of ATen overloads (default: all)")
@@ -183,19 +207,9 @@ def main() -> int:
     passes = [("alone", False), ("isolated", True)]
     passes = [p for p in passes if not (args.isolate and not p[1]) and not (args.alone and p[1])]
     for label, isolate in passes:
-        cops = []
-        for func in sorted(calls, key=str):
-            chosen = choose(calls[func])
-            cops.append((ConverterOp(func, chosen), differentiable(func, chosen[0])))
-        found: dict[str, list] = defaultdict(list)
-        for grad in (True, False):
-            part = opinfo_sweep.sweep([c for c, d in cops if d == grad], torch.float32,
-                                      grad=grad, isolate=isolate, samples=3,
-                                      log=lambda line: print(line, flush=True))
-            for k, v in part.items():
-                found[k] += v
-        summary = {k: len(v) for k, v in found.items()}
-        print(f"summary ({label}, {sum(d for _, d in cops)} differentiable of {len(cops)} "
+        found = sweep_converters(calls, isolate, log=lambda line: print(line, flush=True))
+        summary = {k: len(v) for k, v in found.items() if k != "differentiable"}
+        print(f"summary ({label}, {found['differentiable']} differentiable of {len(calls)} "
               f"ops, {time.time() - start:.0f} s): {summary}", flush=True)
         for tag, detail in found["wrong"] + found["disc_failure"]:
             print(f"  {tag}: {detail.splitlines()[0] if detail else ''}")
