@@ -96,3 +96,19 @@ def test_graph_inputs_a_cluster_may_have_made_get_their_traced_layout():
     assert restore_layouts(gm, lambda n: False, visible=None) == 1
     gm.recompile()
     assert torch.equal(gm(row_major), row_major.permute(0, 2, 1).reshape(2, 12))
+
+
+def test_an_in_place_op_writes_into_the_tensor_it_was_given():
+    """``copy_`` into a mutated graph input must reach the caller's tensor, never a
+    re-laid-out copy of it."""
+    def g(a, b):
+        return torch.ops.aten.copy_.default(a, b)
+
+    gm = torch.fx.symbolic_trace(g)
+    for p in (n for n in gm.graph.nodes if n.op == "placeholder"):
+        p.meta["val"] = torch.empty(2, 4, 3).permute(0, 2, 1)
+    assert restore_layouts(gm, lambda n: False, visible=None) == 0
+    gm.recompile()
+    a, b = torch.zeros(2, 3, 4), torch.randn(2, 3, 4)
+    gm(a, b)
+    assert torch.equal(a, b)

@@ -71,6 +71,13 @@ def _is_size(node: torch.fx.Node) -> bool:
                                              int, float, bool))
 
 
+def _mutates(node: torch.fx.Node) -> bool:
+    """An in-place op (``copy_`` of a mutated input): it must write into the tensor it was
+    given, never into a re-laid-out copy of it."""
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
 def restore_layouts(gm: torch.fx.GraphModule, is_cluster_output: Any,
                     visible: int | None) -> int:
     """Insert :func:`match_layout` where a tensor DISC may have produced meets torch:
@@ -94,7 +101,8 @@ def restore_layouts(gm: torch.fx.GraphModule, is_cluster_output: Any,
 
     for node in list(graph.nodes):
         if (node.op == "call_function" and node.target is not match_layout
-                and not is_cluster_output(node) and not _is_size(node)):
+                and not is_cluster_output(node) and not _is_size(node)
+                and not _mutates(node)):
             for src in node.all_input_nodes:
                 if src.op == "placeholder" or is_cluster_output(src):
                     new = matching(src, node)
