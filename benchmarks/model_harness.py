@@ -78,3 +78,47 @@ def steady(steps: dict[str, Callable[[Any, Any], Any]], batches: Sequence[Batch]
 def median_ratio(medians: dict[str, list[float]], peer: str, who: str) -> float:
     """Median over shapes of peer time / ``who``'s time (above 1: ``who`` is faster)."""
     return statistics.median(p / d for p, d in zip(medians[peer], medians[who]))
+
+
+#: the relative gradient error (per parameter) a training benchmark accepts, and how much
+#: farther from the exact (float64) gradient than the framework's float32 one DISC's may be
+GRAD_TOLERANCE = 1e-4
+ROUNDING_FACTOR = 10.0
+
+
+def judge_gradients(names: Sequence[str], got: Sequence[Any], want: Sequence[Any],
+                    exact: Sequence[Any]) -> dict[str, Any]:
+    """Every parameter's gradient of one training step: DISC's (``got``) against the
+    framework's (``want``, float32), with the exact one (``exact``, a float64 copy's) as
+    referee. All as float64 numpy arrays, in ``names`` order; None for no gradient.
+
+    A parameter passes when ‖g_disc − g_fw‖ ≤ 1e-4 ‖g_fw‖, or when DISC's gradient is no
+    more than 10x farther from the exact one than the framework's is: some gradients are
+    zero in exact arithmetic (a convolution's bias before batch norm, which subtracts the
+    channel mean; a key projection's bias before softmax), the framework's float32 value
+    is rounding residue, and two summation orders differ by 100% of it. Those are listed
+    apart (``grad_rounding_level``); the rest must pass the first test
+    (``grad_mismatches`` lists what does not)."""
+    import numpy as np
+
+    strict: dict[str, float] = {}
+    rounding: dict[str, dict[str, float]] = {}
+    mismatches: dict[str, str] = {}
+    for name, g, w, t in zip(names, got, want, exact):
+        if g is None or w is None:
+            if (g is None) != (w is None):
+                mismatches[name] = "a gradient on one side only"
+            continue
+        err = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), 1e-300)
+        disc_off, fw_off = float(np.linalg.norm(g - t)), float(np.linalg.norm(w - t))
+        if err > GRAD_TOLERANCE and disc_off <= ROUNDING_FACTOR * fw_off:
+            rounding[name] = {"rel_err": err, "framework_grad_norm": float(np.linalg.norm(w)),
+                              "distance_to_float64_vs_framework": disc_off / max(fw_off, 1e-300)}
+            continue
+        strict[name] = err
+        if err > GRAD_TOLERANCE:
+            mismatches[name] = f"relative error {err:.2e}"
+    worst = max(strict, key=strict.get) if strict else None
+    return {"max_grad_rel_err": strict[worst] if worst else None, "worst_grad_parameter": worst,
+            "grad_rounding_level": rounding, "grad_mismatches": mismatches,
+            "parameters_checked": len(names)}

@@ -107,12 +107,6 @@ def contender(name: str, weights: list[np.ndarray], mode: str, hidden: int, head
     return disc_tf.function(fn, execution=execution, input_signature=sig)
 
 
-#: the relative gradient error (per variable) a training run accepts, and how much farther
-#: from the exact (float64) gradient than TF's float32 one DISC's may be
-GRAD_TOLERANCE = 1e-4
-ROUNDING_FACTOR = 10.0
-
-
 def _gradients(name: str, weights: list[np.ndarray], hidden: int, heads: int,
                batch: tuple[tf.Tensor, tf.Tensor], dtype: str = "float32"
                ) -> tuple[list[str], list[np.ndarray]]:
@@ -142,35 +136,19 @@ def _gradients(name: str, weights: list[np.ndarray], hidden: int, heads: int,
 def gradient_check(weights: list[np.ndarray], hidden: int, heads: int,
                    batch: tuple[tf.Tensor, tf.Tensor]) -> dict[str, Any]:
     """Every trainable variable's gradient of the training loss on one batch, each DISC
-    path against TF graph mode, from fresh copies of the weights. A variable passes when
-    ‖g_disc − g_tf‖ ≤ 1e-4 ‖g_tf‖, or when DISC's gradient is no more than 10x farther
-    from the exact one (TF's, in float64) than TF's float32 gradient is: a key projection's
-    bias has a gradient that is zero in exact arithmetic (softmax ignores a constant added
-    to every score of a row), TF's float32 value is rounding residue and two summation
-    orders differ by 100% of it. Those are listed (``grad_rounding_level``)."""
+    path against TF graph mode, from fresh copies of the weights, TF in float64 as
+    referee (harness.judge_gradients)."""
     names, want = _gradients("tf", weights, hidden, heads, batch)
     _, exact = _gradients("tf", weights, hidden, heads, batch, "float64")
     out: dict[str, Any] = {"max_grad_rel_err_vs_tf": {}, "worst_grad_variable": {},
                            "grad_rounding_level": {}, "grad_mismatches": {}}
     for contender in ("disc", "disc_numpy_function"):
         _, got = _gradients(contender, weights, hidden, heads, batch)
-        strict, rounding, mismatches = {}, {}, {}
-        for name, g, w, t in zip(names, got, want, exact):
-            err = float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), 1e-300)
-            disc_off, tf_off = float(np.linalg.norm(g - t)), float(np.linalg.norm(w - t))
-            if err <= GRAD_TOLERANCE:
-                strict[name] = err
-            elif disc_off <= ROUNDING_FACTOR * tf_off:
-                rounding[name] = {"rel_err_vs_tf": err,
-                                  "disc_vs_tf_distance_to_float64": disc_off / max(tf_off, 1e-300)}
-            else:
-                mismatches[name] = f"relative error {err:.2e}"
-                strict[name] = err
-        worst = max(strict, key=strict.get) if strict else None
-        out["max_grad_rel_err_vs_tf"][contender] = strict[worst] if worst else None
-        out["worst_grad_variable"][contender] = worst
-        out["grad_rounding_level"][contender] = rounding
-        out["grad_mismatches"][contender] = mismatches
+        judged = harness.judge_gradients(names, got, want, exact)
+        out["max_grad_rel_err_vs_tf"][contender] = judged["max_grad_rel_err"]
+        out["worst_grad_variable"][contender] = judged["worst_grad_parameter"]
+        out["grad_rounding_level"][contender] = judged["grad_rounding_level"]
+        out["grad_mismatches"][contender] = judged["grad_mismatches"]
     return out
 
 
