@@ -155,7 +155,7 @@ def differentiable(func: Any, call: tuple) -> bool:
         args, kwargs = sample.rebuild((sample.input, *sample.args))
         out = func(*args, **kwargs)
         outs = [t for t in opinfo_sweep.tensors(out) if t.requires_grad]
-        return bool(outs) and out is not None
+        return bool(outs)
     except Exception:
         return False
 

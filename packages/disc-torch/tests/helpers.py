@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -32,3 +36,14 @@ def fallbacks(op_prefix: str | None = None) -> list[tuple[str, str, str]]:
             if n.status.value != "compiled" and (op_prefix is None or n.op.startswith(op_prefix)):
                 out.append((n.op, n.reason.value if n.reason else "", n.detail or ""))
     return out
+
+
+CI_SCRIPTS = Path(__file__).resolve().parents[3] / "ci"
+
+
+def ci_script(name: str) -> ModuleType:
+    """A sweep script of ci/ as a module, imported once by its own name (the graph cache
+    pickles what it defines by reference; converter_sweep imports opinfo_sweep)."""
+    if str(CI_SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(CI_SCRIPTS))
+    return importlib.import_module(name)

@@ -5,14 +5,9 @@ input gradients against eager, alone and with torch ops forced on both sides."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-CI = Path(__file__).resolve().parents[3] / "ci"
+from helpers import ci_script
 
 #: the OpInfo ops whose samples are recorded, and the converters they must reach
 SOURCES = {"matmul", "nn.functional.conv2d", "nn.functional.gelu", "amax", "sum", "var",
@@ -25,19 +20,11 @@ CONVERTERS = {"aten.mm.default", "aten.bmm.default", "aten.convolution.default",
               "aten.cumsum.default", "aten.rsqrt.default", "aten.mean.dim"}
 
 
-def _load():
-    """ci/converter_sweep.py as an importable module (the graph cache pickles its classes
-    by reference)."""
-    if str(CI) not in sys.path:
-        sys.path.insert(0, str(CI))
-    return importlib.import_module("converter_sweep")
-
-
 @pytest.mark.parametrize("isolate", [False, True], ids=["alone", "next_to_torch_ops"])
 def test_converter_gradients_match_eager(isolate):
     from disc_torch.converters import CONVERTERS as TABLE
 
-    sweep = _load()
+    sweep = ci_script("converter_sweep")
     wanted = {op for op in TABLE if str(op) in CONVERTERS}
     calls = sweep.harvest(torch.float32, wanted, samples=10, sources=SOURCES)
     assert {str(op) for op in calls} == CONVERTERS, "a converter was not reached"

@@ -6,16 +6,11 @@ forward and the backward graph)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
-from helpers import fallbacks
+from helpers import ci_script, fallbacks
 
 import disc_torch
-
-SWEEP_PATH = Path(__file__).resolve().parents[3] / "ci" / "opinfo_sweep.py"
 
 #: differentiable ops DISC converts or decomposes that models are made of
 OPS = ["nn.functional.linear", "matmul", "bmm", "addmm", "softmax", "log_softmax",
@@ -29,16 +24,9 @@ OPS = ["nn.functional.linear", "matmul", "bmm", "addmm", "softmax", "log_softmax
        "split", "pow", "rsqrt", "exp"]
 
 
-def _sweep_module():
-    spec = importlib.util.spec_from_file_location("opinfo_sweep", SWEEP_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("isolate", [False, True], ids=["alone", "next_to_torch_ops"])
 def test_opinfo_gradients_match_eager(isolate):
-    sweep = _sweep_module()
+    sweep = ci_script("opinfo_sweep")
     ops = sweep.select(set(OPS), torch.float32, grad=True)
     assert {o.name for o in ops} == set(OPS), "an op left OpInfo: update the list"
     found = sweep.sweep(ops, torch.float32, grad=True, isolate=isolate, samples=2,
