@@ -1,0 +1,182 @@
+"""Build, cache and load the ``disc_launch_<N>`` Paddle custom operators (``native/``).
+
+The library is compiled once per (Paddle version, source, runtime ABI, output limit) by
+Paddle's own extension builder (``paddle.utils.cpp_extension.load``, which knows Paddle's
+include paths and link flags; about 15 s), in a private temporary directory, and then
+published atomically under the DISC cache directory (``$DISC_CACHE_DIR/paddle_ops/<key>/``):
+concurrent processes never load a half-written library, and clearing the cache makes the
+next process rebuild it. Later processes register the cached library's operators directly
+(about 0.1 s) instead of going through the builder again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from disc_runtime.cache import default_cache_dir
+from disc_runtime.native import ABI_TYPES, ABI_VERSION
+
+__all__ = ["MAX_OUTPUTS", "CustomOpUnavailable", "OpLibrary", "build_count", "library_dir",
+           "load_library", "op_name"]
+
+SOURCE = Path(__file__).parent / "native" / "disc_launch.cc"
+LIB_NAME = "disc_paddle_ops.so"
+#: clusters with more outputs than this are split or stay in Paddle (one op per count)
+MAX_OUTPUTS = 64
+
+
+class CustomOpUnavailable(RuntimeError):
+    """The launch operators cannot be built or loaded here (no C++ compiler, build error)."""
+
+
+def op_name(num_outputs: int) -> str:
+    """The registered operator that launches a cluster with ``num_outputs`` results."""
+    if not 1 <= num_outputs <= MAX_OUTPUTS:
+        raise ValueError(f"a launch op has 1 to {MAX_OUTPUTS} outputs, not {num_outputs}")
+    return f"disc_launch_{num_outputs}"
+
+
+@dataclass
+class OpLibrary:
+    """The loaded library: its path and its C helpers (failures, stats, BLAS, test hook)."""
+
+    path: Path
+    cdll: ctypes.CDLL
+    _size: int = field(default=4096)
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """The (cluster key, message) launch failures recorded since the last call."""
+        size = self._size
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            need = self.cdll.disc_paddle_take_failures(buf, ctypes.c_int64(size))
+            if need < size:
+                text = buf.value.decode(errors="replace")
+                return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
+            size = need + 1
+
+    def stats(self, key: str) -> tuple[int, float]:
+        """(calls run by DISC, seconds in DISC) of one cluster key."""
+        calls, secs = ctypes.c_int64(), ctypes.c_double()
+        self.cdll.disc_paddle_stats(key.encode(), ctypes.byref(calls), ctypes.byref(secs))
+        return calls.value, secs.value
+
+    def inject_failures(self, n: int) -> None:
+        """Test hook: the next ``n`` module runs fail as if the module reported an error."""
+        self.cdll.disc_paddle_inject_failures(ctypes.c_int64(n))
+
+
+_lock = threading.Lock()
+_loaded: dict[Path, OpLibrary] = {}
+_builds = 0
+#: a build that failed in this process is not retried; the next process tries again
+_failed: dict[Path, CustomOpUnavailable] = {}
+
+
+def build_count() -> int:
+    """How many times this process compiled the library (0 when the cache had it)."""
+    return _builds
+
+
+def _key() -> str:
+    import paddle
+
+    h = hashlib.sha256()
+    for part in (paddle.__version__, SOURCE.read_text(), ABI_TYPES, str(ABI_VERSION),
+                 str(MAX_OUTPUTS)):
+        h.update(part.encode())
+    return f"paddle{paddle.__version__}-{h.hexdigest()[:16]}"
+
+
+def library_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where this Paddle's launch library lives (built or not)."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / "paddle_ops" / _key()
+
+
+def _registrations() -> str:
+    lines = []
+    for n in range(1, MAX_OUTPUTS + 1):
+        outs = ", ".join(f'"Out{i}"' for i in range(n))
+        lines.append(f"DISC_LAUNCH_OP({n}, {outs})")
+    return "\n".join(lines) + "\n"
+
+
+def _build(target: Path) -> ctypes.CDLL:
+    """Compile and publish the library; returns it, already registered: Paddle's builder
+    registers the operators of the library it built, so this process keeps using that
+    file (opened again by path, so ctypes sees the same globals) and never registers the
+    published copy a second time (a second registration aborts)."""
+    global _builds
+    from paddle.utils import cpp_extension
+
+    if shutil.which(os.environ.get("CXX") or "c++") is None and shutil.which("g++") is None:
+        raise CustomOpUnavailable("no C++ compiler found (install g++ or set CXX): the "
+                                  "disc_launch Paddle operators cannot be built")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        (tmp / "disc_abi.h").write_text("#pragma once\n#include <stdint.h>\n" + ABI_TYPES)
+        (tmp / "disc_launch_ops.inc").write_text(_registrations())
+        (tmp / "build").mkdir()
+        name = "disc_paddle_ops_" + target.parent.name.replace(".", "_").replace("-", "_")
+        try:
+            cpp_extension.load(name=name, sources=[str(SOURCE)], extra_include_paths=[str(tmp)],
+                               extra_cxx_cflags=["-O2", "-w"], build_directory=str(tmp / "build"),
+                               verbose=False)
+        except Exception as exc:  # the builder raises whatever its subprocess produced
+            raise CustomOpUnavailable(f"building the disc_launch Paddle operators failed: "
+                                      f"{exc}") from exc
+        built = sorted((tmp / "build").rglob(f"{name}*.so"))
+        if not built:
+            raise CustomOpUnavailable("the Paddle extension builder produced no library")
+        cdll = ctypes.CDLL(str(built[0]))  # mapped: removing the file below keeps it
+        final = target.parent / f".{target.name}.{os.getpid()}"
+        shutil.copyfile(built[0], final)
+        os.replace(final, target)  # atomic: readers see no file or the whole new one
+        _builds += 1
+        return cdll
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
+    """The launch library with its operators registered, built first when the cache lacks
+    it. Raises :class:`CustomOpUnavailable`."""
+    target = library_dir(cache_dir) / LIB_NAME
+    with _lock:
+        lib = _loaded.get(target)
+        if lib is not None:
+            return lib
+        if target.exists():
+            from paddle.utils.cpp_extension.extension_utils import (
+                load_op_meta_info_and_register_op,
+            )
+
+            load_op_meta_info_and_register_op(str(target))
+            cdll = ctypes.CDLL(str(target))
+        else:
+            if target in _failed:
+                raise _failed[target]
+            try:
+                cdll = _build(target)
+            except CustomOpUnavailable as exc:
+                _failed[target] = exc
+                raise
+        cdll.disc_paddle_take_failures.restype = ctypes.c_int64
+        cdll.disc_paddle_stats.restype = ctypes.c_int64
+        from disc_runtime import native
+
+        fns = native.blas_functions()
+        cdll.disc_paddle_set_blas(*(ctypes.c_void_p(f or None) for f in (
+            fns.sgemm, fns.dgemm, fns.set_num_threads_local, fns.sgemm_rowmajor)))
+        lib = OpLibrary(target, cdll)
+        _loaded[target] = lib
+        return lib
