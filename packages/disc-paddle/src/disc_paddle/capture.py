@@ -1,0 +1,118 @@
+"""Where DISC enters Paddle's dynamic-to-static machinery.
+
+``paddle.jit.to_static`` traces a function or layer into a PIR program once per input
+signature (dims the ``InputSpec`` leaves as ``None`` stay -1, so one program serves every
+size). Its ``PartialProgramLayer`` then appends the backward, splits the whole into a
+forward and a backward program, applies Paddle's own passes
+(``RunnableProgram.apply_pir_program_pass``) and runs them with ``run_program``.
+
+DISC rewrites those two programs right after Paddle's passes, in
+``PartialProgramLayer._create_program``, before their value names are frozen
+(``program_attr``). There, everything that crosses a program's boundary is named (the
+backward program's ``%kwarg_*`` inputs, ``builtin.shadow_output`` results), so replacing
+clusters with launch ops cannot leave a dangling reference behind; a rewrite after
+``after_append_backward`` could, since Paddle still holds the gradient values there.
+
+Which programs DISC rewrites: those of every ``to_static`` function while :func:`enable`
+is on, and those of the functions :func:`manage` marks (what ``disc_paddle.compile``
+does). Both patches are installed once and do nothing for other programs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ProgramRewriter", "enabled", "install", "manage", "set_enabled"]
+
+#: rewrites one program in place; the role is "infer", "forward" or "backward"
+ProgramRewriter = Callable[[Any, str], None]
+
+_lock = threading.Lock()
+_installed = False
+_rewriter: ProgramRewriter | None = None
+_enabled = False
+
+
+def _marker_type() -> type:
+    from paddle.jit.dy2static.pir_partial_program import PartialProgramLayerHook
+
+    class DiscProgramMarker(PartialProgramLayerHook):
+        """Marks a partial program whose forward and backward programs DISC rewrites
+        (the base class's hook methods are no-ops)."""
+
+    return DiscProgramMarker
+
+
+_Marker: type | None = None
+
+
+def _patch() -> None:
+    """Wrap ProgramCache._build_once (to mark new partial programs) and
+    PartialProgramLayer._create_program (to rewrite marked ones), once per process."""
+    global _installed, _Marker
+    from paddle.base.dygraph.base import switch_to_static_graph
+    from paddle.jit.dy2static import pir_partial_program, program_translator
+
+    _Marker = _marker_type()
+    marker = _Marker
+    build_once = program_translator.ProgramCache._build_once
+    create_program = pir_partial_program.PartialProgramLayer._create_program
+
+    def _build_once(self: Any, cache_key: Any) -> Any:
+        concrete, partial = build_once(self, cache_key)
+        if _enabled or getattr(self, "_disc_managed", False):
+            if not any(isinstance(h, marker) for h in getattr(partial, "_hookers", ())):
+                partial.add_hooker(marker())
+        return concrete, partial
+
+    @switch_to_static_graph
+    def _rewrite(program: Any, role: str) -> None:
+        if _rewriter is not None:
+            _rewriter(program, role)
+
+    def _create_program(self: Any, is_infer_mode: bool = False) -> Any:
+        runnable = create_program(self, is_infer_mode)
+        if any(isinstance(h, marker) for h in self._hookers):
+            if is_infer_mode:
+                _rewrite(runnable.forward_program, "infer")
+            else:
+                _rewrite(runnable.forward_program, "forward")
+                _rewrite(runnable.backward_program, "backward")
+        return runnable
+
+    program_translator.ProgramCache._build_once = _build_once
+    pir_partial_program.PartialProgramLayer._create_program = _create_program
+    _installed = True
+
+
+def install(rewriter: ProgramRewriter) -> None:
+    """Make ``rewriter`` the function that rewrites every program DISC manages."""
+    global _rewriter
+    with _lock:
+        if not _installed:
+            _patch()
+        _rewriter = rewriter
+
+
+def set_enabled(on: bool) -> None:
+    """Rewrite the programs of every ``to_static`` function traced from now on."""
+    global _enabled
+    _enabled = on
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def manage(static_function: Any) -> Any:
+    """Mark one ``to_static`` function (or a layer's ``forward``) for DISC: the programs it
+    traces from now on are rewritten. Returns it."""
+    fn = getattr(static_function, "forward", static_function)
+    cache = getattr(fn, "_program_cache", None)
+    if cache is None:
+        raise TypeError(f"expected what paddle.jit.to_static returns, got "
+                        f"{type(static_function).__name__}")
+    cache._disc_managed = True
+    return static_function

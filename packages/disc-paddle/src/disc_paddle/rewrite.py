@@ -1,0 +1,96 @@
+"""Replace clusters of a PIR program with ``disc_launch_<N>`` ops (:mod:`disc_paddle.custom_op`).
+
+A program's block is an ordered list, so a launch must come after every op that computes
+one of its inputs and before every op that reads one of its results. It takes the place
+of the cluster's last member (every input is computed before some member reads it); an
+op outside the cluster that sits between the members and reads a cluster result, or a
+value computed from one, moves to just after the launch, in its order. Clustering keeps
+clusters convex (no path leaves a cluster and comes back), so no op both feeds a member
+and reads a result, and these moves keep the program valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from disc_runtime.native import ABI_VERSION
+
+from .custom_op import op_name
+
+__all__ = ["Launch", "replace_clusters"]
+
+
+@dataclass
+class Launch:
+    """One compiled cluster, ready to replace its members in the program.
+
+    ``inputs`` are the module's inputs in order; ``outputs`` the member results that ops
+    outside the cluster (or the program's outputs) read, in the module's output order;
+    ``out_dims`` their dims as the program should see them (static sizes, -1 for symbolic).
+    """
+
+    members: Sequence[object]  # pir.Operation, in program order
+    inputs: Sequence[object]  # pir.Value
+    outputs: Sequence[object]  # pir.Value
+    out_dims: Sequence[Sequence[int]]
+    module_path: str
+    key: str
+
+
+def _dtype_code(value: object) -> int:
+    return int(value.dtype)  # type: ignore[attr-defined]  # a paddle DataType enum
+
+
+def _between(ops: list[object], member_ids: set[int]) -> list[object]:
+    """The non-member ops between a cluster's first and last member, in order."""
+    idx = [i for i, op in enumerate(ops) if op.id() in member_ids]  # type: ignore[attr-defined]
+    return [op for op in ops[idx[0]:idx[-1]] if op.id() not in member_ids]  # type: ignore[attr-defined]
+
+
+def _move_readers_after(block: object, launch_op: object, between: list[object]) -> None:
+    """Move the ops of ``between`` that read a launch result (directly or through another
+    moved op) to just after the launch op, keeping their order."""
+    tainted = {r.id for r in launch_op.results()}  # type: ignore[attr-defined]
+    moved = []
+    for op in between:
+        if any(v.id in tainted for v in op.operands_source()):  # type: ignore[attr-defined]
+            moved.append(op)
+            tainted.update(r.id for r in op.results())  # type: ignore[attr-defined]
+    if not moved:
+        return
+    ops = list(block.ops)  # type: ignore[attr-defined]
+    at = next(i for i, op in enumerate(ops) if op.id() == launch_op.id())  # type: ignore[attr-defined]
+    anchor = ops[at + 1] if at + 1 < len(ops) else None
+    for op in moved:
+        if anchor is None:
+            block.move_op_to_block_end(op)  # type: ignore[attr-defined]
+        else:
+            op.move_before(anchor)  # type: ignore[attr-defined]
+
+
+def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
+    """Put one launch op in place of each cluster's members (see the module docstring).
+
+    The launch library must be loaded (:func:`disc_paddle.custom_op.load_library`), which
+    registers the ops this inserts."""
+    import paddle
+
+    block = program.global_block()  # type: ignore[attr-defined]
+    for launch in launches:
+        members = list(launch.members)
+        between = _between(list(block.ops), {op.id() for op in members})
+        ranks = [len(d) for d in launch.out_dims]
+        flat = [int(x) for dims in launch.out_dims for x in dims]
+        with paddle.static.program_guard(program):
+            paddle.pir.set_insertion_point(members[-1])
+            new = paddle._C_ops._run_custom_op(
+                op_name(len(launch.outputs)), list(launch.inputs), launch.module_path,
+                launch.key, ABI_VERSION, [len(v.shape) for v in launch.inputs], ranks,
+                [_dtype_code(v) for v in launch.outputs], flat)
+        new = list(new) if isinstance(new, (list, tuple)) else [new]
+        for old, repl in zip(launch.outputs, new):
+            old.replace_all_uses_with(repl)
+        for op in reversed(members):
+            block.remove_op(op)
+        _move_readers_after(block, new[0].get_defining_op(), between)
