@@ -64,14 +64,14 @@ class Kernel:
     kind: str  # "loop" | "row" | "column"
     space: tuple  # tuple[Expr, ...]: the iteration space
     ops: list[Op] = field(default_factory=list)  # computed inside, topological order
-    maps: dict[int, DimMap] = field(default_factory=dict)  # id(value) -> dim map
+    maps: dict[Value, DimMap] = field(default_factory=dict)  # value -> its dim map
     inputs: list[Value] = field(default_factory=list)  # materialized values read
     outputs: list[Value] = field(default_factory=list)  # values written to memory
-    # (consumer op id, operand index) -> dim map used to read a materialized operand
-    reads: dict[tuple[int, int], DimMap] = field(default_factory=dict)
+    # (consumer op, operand index) -> dim map used to read a materialized operand
+    reads: dict[tuple[Op, int], DimMap] = field(default_factory=dict)
     # materialized reads whose dims may be implicitly broadcast at run time:
-    # (consumer op id, operand index) -> {operand dim: kernel dim}
-    maybe_broadcast: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    # (consumer op, operand index) -> {operand dim: kernel dim}
+    maybe_broadcast: dict[tuple[Op, int], dict[int, int]] = field(default_factory=dict)
     # a concatenate along the innermost kernel dim whose operands are computed in place: the
     # inner loop is split at its boundaries, so each operand is evaluated only in range
     split_concat: Op | None = None
@@ -456,8 +456,8 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
             continue
         produced = {id(v) for v in host.outputs}
         col_maps, host_maps = _read_maps(col), _read_maps(host)
-        if not any(id(v) in produced or (siblings and id(v) in host_maps and
-                                         host_maps[id(v)] == col_maps.get(id(v)))
+        if not any(id(v) in produced or (siblings and v in host_maps and
+                                         host_maps[v] == col_maps.get(v))
                    for v in col.inputs):
             continue  # nothing to save: it neither writes nor reads what the column sums
         if h < n:  # the column kernel's other inputs must exist before the host runs
@@ -467,8 +467,8 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
         elif reach[h] >> n & 1:
             continue  # a later host that needs the sums (or what they feed) cannot make them
         # what the column kernel reads from the host, it must read in the host's layout
-        ok = all(host.maps.get(id(op.operands[i])) == m for (oid, i), m in col.reads.items()
-                 for op in col.ops if id(op) == oid and id(op.operands[i]) in produced)
+        ok = all(host.maps.get(op.operands[i]) == m for (op, i), m in col.reads.items()
+                 if id(op.operands[i]) in produced)
         # values in both kernels (duplicated constants) must follow the same dims
         shared = col.maps.keys() & host.maps.keys()
         if ok and all(col.maps[v] == host.maps[v] for v in shared):
@@ -476,15 +476,14 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
     return None
 
 
-def _read_maps(k: Kernel) -> dict[int, DimMap]:
-    """id(value) -> the dim map ``k`` reads it with (when every read agrees)."""
-    ops = {id(op): op for op in k.ops}
-    out: dict[int, DimMap] = {}
-    clash: set[int] = set()
-    for (oid, i), m in k.reads.items():
-        v = ops[oid].operands[i]
-        if out.setdefault(id(v), m) != m:
-            clash.add(id(v))
+def _read_maps(k: Kernel) -> dict[Value, DimMap]:
+    """value -> the dim map ``k`` reads it with (when every read agrees)."""
+    out: dict[Value, DimMap] = {}
+    clash: set[Value] = set()
+    for (op, i), m in k.reads.items():
+        v = op.operands[i]
+        if out.setdefault(v, m) != m:
+            clash.add(v)
     for v in clash:
         del out[v]
     return out
@@ -501,7 +500,7 @@ def _with_epilogue(host: Kernel, col: Kernel) -> Kernel:
             seen.add(id(op))
             k.ops.append(op)
         for i, v in enumerate(op.operands):
-            key = (id(op), i)
+            key = (op, i)
             if key in col.reads and id(v) not in inside:
                 k.reads[key] = col.reads[key]
                 if key in col.maybe_broadcast:
@@ -582,26 +581,25 @@ def _absorb_consumer(prod: Step, cons: Kernel, p: int, sources: list[int], reach
                 return None  # affine / indirect entries: keep the kernels apart
         return tuple(out)
 
-    maps: dict[int, DimMap] = {}
+    maps: dict[Value, DimMap] = {}
     for v, m in cons.maps.items():
         t = translate(m)
         if t is None or (v in prod.maps and prod.maps[v] != t):
             return None
         maps[v] = t
     inside = {id(r) for op in prod.ops for r in op.results}
-    reads: dict[tuple[int, int], DimMap] = {}
-    for (oid, i), m in cons.reads.items():
+    reads: dict[tuple[Op, int], DimMap] = {}
+    for (op, i), m in cons.reads.items():
         t = translate(m)
         if t is None:
             return None
-        reads[(oid, i)] = t
-    ops_by_id = {id(op): op for op in cons.ops}
-    for (oid, i), t in list(reads.items()):
-        v = ops_by_id[oid].operands[i]
+        reads[(op, i)] = t
+    for (op, i), t in list(reads.items()):
+        v = op.operands[i]
         if id(v) in inside:
-            if prod.maps.get(id(v)) != t:
+            if prod.maps.get(v) != t:
                 return None  # read at other points than the producer computes it
-            del reads[(oid, i)]
+            del reads[(op, i)]
     k = prod.copy()
     seen = {id(op) for op in k.ops}
     k.ops += [op for op in cons.ops if id(op) not in seen]
@@ -730,7 +728,7 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
     else:
         kind, space, root_map = _root_space(root)
     k = Kernel(id=0, kind=kind, space=space)
-    k.maps[id(root.results[0])] = root_map
+    k.maps[root.results[0]] = root_map
     k.outputs.append(root.results[0])
     members: dict[int, Op] = {id(root): root}
     changed = True
@@ -757,7 +755,7 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
                     k.split_concat = op
                 if verdict:
                     members[id(p)] = p
-                    k.maps[id(v)] = need
+                    k.maps[v] = need
                     if verdict == "output":
                         k.outputs.append(v)
                     changed = True
@@ -766,15 +764,15 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
         for i, v in enumerate(() if op.opdef.has_trait("shape") else op.operands):
             if v.producer is not None and id(v.producer) in members:
                 continue
-            need, maybe = operand_map(op, i, k.maps[id(op.results[0])], k.rank)
-            k.reads[(id(op), i)] = need
+            need, maybe = operand_map(op, i, k.maps[op.results[0]], k.rank)
+            k.reads[(op, i)] = need
             mapped = {j: d for j, d in enumerate(need) if isinstance(d, int) and j not in maybe
                       and not op.opdef.guarded and not (op.opdef.indirect and i == 0)}
             if any(v.shape[j] != k.space[d] for j, d in mapped.items()):
                 raise NativeUnsupported(f"{op.name} reads operand #{i} with dims that do "
                                         f"not follow the kernel space")
             if maybe:
-                k.maybe_broadcast[(id(op), i)] = maybe
+                k.maybe_broadcast[(op, i)] = maybe
             if v not in k.inputs:
                 k.inputs.append(v)
     _check_kernel(k)
@@ -792,7 +790,7 @@ def _agreed_map(k: Kernel, v: Value, users: dict[Value, list[Op]], members: dict
         for i, w in enumerate(u.operands):
             if w is not v:
                 continue
-            m, maybe = operand_map(u, i, k.maps[id(u.results[0])], k.rank)
+            m, maybe = operand_map(u, i, k.maps[u.results[0]], k.rank)
             if maybe or (need is not None and m != need):
                 return None
             need = m
@@ -833,7 +831,7 @@ def _splits_inner_loop(k: Kernel, op: Op) -> bool:
         return False
     if k.split_concat is not None and k.split_concat is not op:
         return False
-    m = k.maps.get(id(op.results[0]))
+    m = k.maps.get(op.results[0])
     return m is not None and m[axis] == k.rank - 1
 
 
@@ -849,7 +847,7 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
             # a value the kernel already computes under one index map (an iota joins with
             # its first reader) cannot serve a reader that indexes it another way
             m, maybe = operand_map(p, j, need, k.rank)
-            if maybe or m != k.maps.get(id(w)):
+            if maybe or m != k.maps.get(w):
                 return False
     if _duplicable(p):
         return not _is_constant(p) or not p.results[0].rank
@@ -925,7 +923,7 @@ def _check_kernel(k: Kernel) -> None:
     """Row kernels reduce the innermost dim only; column kernels write only reductions."""
     n = k.rank
     for op in k.reductions:
-        m = k.maps[id(op.operands[0])] if id(op.operands[0]) in k.maps else None
+        m = k.maps.get(op.operands[0])
         if k.kind == "row" and op is not k.ops[-1] and m is not None and m[-1] != n - 1:
             raise NativeUnsupported("row kernel with a non-innermost reduction")
     if k.kind == "column" and any(o.producer is None

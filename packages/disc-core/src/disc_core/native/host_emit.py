@@ -293,8 +293,7 @@ def _emit_launch(k: Kernel, ptr: Callable[[Value], str], syms: Symbols, info: Mo
     w(f"    if (env->counters) env->counters[{base} + par] += 1;")
     if k.speculative:
         conds = []
-        for (op_id, i), maybe in k.maybe_broadcast.items():
-            op = next(o for o in k.ops if id(o) == op_id)
+        for (op, i), maybe in k.maybe_broadcast.items():
             v = op.operands[i]
             for j, d in maybe.items():
                 conds.append(f"{syms.c(v.shape[j])} == {syms.c(k.space[d])}")

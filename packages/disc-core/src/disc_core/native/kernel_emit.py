@@ -178,8 +178,8 @@ class KernelEmitter:
             base = self.consts.array(v)
         else:
             base = self.pname[id(v)]
-        m = self.k.reads[(id(op), i)]
-        maybe = self.k.maybe_broadcast.get((id(op), i), {})
+        m = self.k.reads[(op, i)]
+        maybe = self.k.maybe_broadcast.get((op, i), {})
         return f"{base}[{self.offset(v, m, maybe)}]"
 
     def offset(self, v: Value, m: tuple, maybe: dict[int, int]) -> str:
@@ -266,7 +266,7 @@ class KernelEmitter:
             if self._inner(o):
                 full.append((j, o))
             else:  # one value per row (a reduction or something computed from them)
-                lines.append(f"    out{j}[{self.offset(o, k.maps[id(o)], {})}] = "
+                lines.append(f"    out{j}[{self.offset(o, k.maps[o], {})}] = "
                              f"{self.var[id(o)]};")
         epilogue = {id(op.results[0]): op for op in k.column_epilogue}
         for segment, lo, hi in self.inner_segments() if full else ():
@@ -283,7 +283,7 @@ class KernelEmitter:
                     continue
                 body, var = self.compute_cone(o, done)
                 lines += ["      " + s for s in body]
-                lines.append(f"      out{j}[{self.offset(o, k.maps[id(o)], {})}] = {var};")
+                lines.append(f"      out{j}[{self.offset(o, k.maps[o], {})}] = {var};")
             lines.append("    }")
             self.scope = set()
         self.segment = None
@@ -407,7 +407,7 @@ class KernelEmitter:
         inside, they would be recomputed per element and make the compiler vectorize the
         index arithmetic and turn a contiguous load into a hardware gather.
         """
-        m = self.k.maps.get(id(v))
+        m = self.k.maps.get(v)
         return m is not None and (self.n - 1) in {kdim(e) for e in m}
 
     def _row_invariant(self, op: Op, i: int) -> bool:
@@ -416,7 +416,7 @@ class KernelEmitter:
         known to be: a broadcast read of a per-column vector varies along the row."""
         members = {id(o) for o in self.k.ops}
         while True:
-            if (id(op), i) in self.k.reads:
+            if (op, i) in self.k.reads:
                 return False
             v = op.operands[i]
             p = v.producer
@@ -442,7 +442,7 @@ class KernelEmitter:
 
     def _available(self, op: Op, i: int, done: set[int]) -> bool:
         v = op.operands[i]
-        return op.opdef.has_trait("shape") or id(v) in done or (id(op), i) in self.k.reads
+        return op.opdef.has_trait("shape") or id(v) in done or (op, i) in self.k.reads
 
     def reduction_phase(self, red: Op, done: set[int]) -> list[str]:
         if red.opdef.arg_compare is not None:
@@ -519,7 +519,7 @@ class KernelEmitter:
         return out
 
     def operand_cone(self, op: Op, i: int, done: set[int]) -> tuple[list[str], str]:
-        if (id(op), i) in self.k.reads:
+        if (op, i) in self.k.reads:
             return [], self.read(op, i)
         return self.compute_cone(op.operands[i], done)
 
@@ -550,7 +550,7 @@ class KernelEmitter:
             for j, w in enumerate(() if p.opdef.has_trait("shape") else p.operands):
                 if p is self.k.split_concat and j != self.segment:
                     continue  # another inner loop computes that operand
-                if (id(p), j) not in self.k.reads:
+                if (p, j) not in self.k.reads:
                     visit(w)
             out.append(p)
 
@@ -558,7 +558,7 @@ class KernelEmitter:
         return out
 
     def operand_value(self, op: Op, i: int) -> str:
-        if (id(op), i) in self.k.reads:
+        if (op, i) in self.k.reads:
             return self.read(op, i)
         v = op.operands[i]
         if id(v) in self.cached:
@@ -717,10 +717,10 @@ def transposed_innermost(k: Kernel) -> tuple[Value, tuple[int, ...]] | None:
         return None
     op, out = k.ops[0], k.outputs[0]
     v = op.operands[0]
-    m = k.reads.get((id(op), 0))
+    m = k.reads.get((op, 0))
     if (out is not op.results[0] or len(k.inputs) != 1 or k.inputs[0] is not v or m is None
             or any(type(d) is not int for d in m) or sorted(m) != list(range(k.rank))
-            or tuple(k.maps.get(id(out), ())) != tuple(range(k.rank))
+            or tuple(k.maps.get(out, ())) != tuple(range(k.rank))
             or tuple(out.shape) != tuple(k.space) or m[-1] == k.rank - 1):
         return None
     return v, tuple(m)
@@ -743,7 +743,7 @@ class _OpContext:
         return self.e.read(self.op, i)
 
     def index(self, dim: int) -> str:
-        return self.e.index(self.e.k.maps[id(self.op.results[0])][dim])
+        return self.e.index(self.e.k.maps[self.op.results[0]][dim])
 
     def dim(self, e: Expr) -> str:
         return self.e.dim(e)
