@@ -60,6 +60,12 @@ class NativeUnsupported(Exception):
 
 @dataclass
 class Kernel:
+    """One fused kernel: the facts codegen (``kernel_emit``, ``host_emit``) reads.
+
+    Keyed by the IR objects themselves (values and ops hash by identity): the dim map of
+    every value computed or written, and of every materialized operand read, with the dims
+    of those reads that may be implicit broadcasts at run time."""
+
     id: int
     kind: str  # "loop" | "row" | "column"
     space: tuple  # tuple[Expr, ...]: the iteration space
