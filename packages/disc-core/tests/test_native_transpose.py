@@ -1,4 +1,4 @@
-"""Transposes that move the innermost dim run in tiles (emit.tiled_transpose_body): exact
+"""Transposes that move the innermost dim run in tiles (kernel_emit: tiled_transpose_body): exact
 results for every permutation kind, odd, empty and power-of-two extents, every dtype."""
 
 from __future__ import annotations

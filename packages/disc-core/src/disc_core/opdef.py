@@ -7,7 +7,12 @@ and attributes as data, and implements
   with a message naming the operand and what was expected; return the result types);
 * ``reference``: numpy semantics, the oracle for every backend;
 * optionally ``facts``: the shape equalities its semantics imply (for the shape-constraint
-  analysis), and ``canonicalize``: local rewrites used by the canonicalizer.
+  analysis), and ``canonicalize``: local rewrites used by the canonicalizer;
+* for the native backend: its ``fusion`` role (:class:`Fusion`), the flags fusion must
+  know, ``index_map`` (how its operands index a kernel's loop nest) and its C emission
+  (``c_expr`` / ``c_kernel``, or the role-specific declarations ``red_axes``,
+  ``reduction_kind``, ``scan_spec``, ``scatter_dims``). See "The native backend
+  interface" below.
 
 Nothing else in disc-core switches on op names to learn these; the printer, parser,
 interpreter and passes all go through this interface, so a new op is one class.
@@ -21,7 +26,7 @@ import importlib
 import pkgutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -30,6 +35,8 @@ from .ir import Op, TensorType, Value
 from .symbolic import Expr, ExprLike, as_expr, evaluate_shape
 
 if TYPE_CHECKING:
+    from .dtypes import DType as _DType
+    from .index_map import DimMap, OperandMap
     from .shape_facts import Fact
 
 
@@ -384,6 +391,83 @@ class Rewriter:
         return new.results[0]
 
 
+# -- the native backend interface -------------------------------------------------------
+
+class Fusion:
+    """How the native backend places an op: the value of ``OpDef.fusion``.
+
+    Fusion planning and code generation read only these roles, the flags next to them
+    on ``OpDef`` and these traits, never op names, so a new op states here what it is to
+    the backend:
+
+    * ``"elementwise"``: with ``ELEMENTWISE`` (also read by the reshape passes);
+    * ``"reduction"``: with ``REDUCTION``;
+    * ``"broadcast"``: replicates its operand (fusion sees through it: a broadcast of a
+      duplicable value is duplicable, of a value constant along a row is row-level);
+    * ``"constant"``: its data is an attribute (a C literal or static array, never a step);
+    * ``"shape"``: reads only its operand's shape, never its data (the operand puts no
+      demand on a kernel's layout and need not be computed).
+    """
+
+    #: no native code path: a graph containing it stays on another engine
+    NONE = "none"
+    #: one C expression per element from the operands at the same index (``c_expr``)
+    ELEMENTWISE = "elementwise"
+    #: reads its operands at other indices (``index_map``), no arithmetic of its own but
+    #: what ``c_kernel`` adds (a pad's guard, a gather's clamp)
+    INDEXING = "indexing"
+    #: combines one axis (or several) away: ``red_axes`` and ``reduction_kind`` (a fold
+    #: such as sum) or ``arg_compare`` (argmax / argmin)
+    REDUCTION = "reduction"
+    #: recomputed in every kernel that reads it instead of being written to memory
+    #: (constants, iotas, dim sizes); ``c_kernel`` says how
+    DUPLICABLE = "duplicable"
+    #: shares its operand's buffer when it is a kernel's root (a reshape of contiguous
+    #: memory); inside a kernel it may still be fused where ``fuses`` says so
+    ALIAS = "alias"
+    #: a library call: GEMM through the BLAS the runtime finds
+    LIBRARY = "library"
+    #: a serial accumulation into a copy of operand 0 (``scatter_dims``)
+    SCATTER = "scatter"
+    #: an inclusive scan along one axis (``scan_spec``)
+    SCAN = "scan"
+    #: the roles whose ops may be computed inside a fused kernel
+    IN_KERNEL = frozenset({ELEMENTWISE, INDEXING, REDUCTION, DUPLICABLE})
+
+
+class KernelContext(Protocol):
+    """What ``OpDef.c_kernel`` may ask of the kernel emitter about the op being emitted, at
+    the current point of the kernel's loop nest."""
+
+    def operand(self, i: int) -> str:
+        """C expression of operand ``i``'s element at this point."""
+
+    def read_at(self, i: int, index: str) -> str:
+        """C expression loading operand ``i`` (in memory, ``indirect`` ops) with its
+        data-indexed dim (``DATA`` in its index map) at C index ``index``."""
+
+    def index(self, dim: int) -> str:
+        """C expression of the index of the result's dim ``dim`` at this point."""
+
+    def dim(self, e: Expr) -> str:
+        """C int64 expression of a symbolic dim."""
+
+    def ctype(self, dt: _DType) -> str:
+        """The C type of elements of ``dt``."""
+
+    def literal(self, value: float | int | bool, dt: _DType) -> str:
+        """A C literal of ``value`` as ``dt``."""
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """What a ``Fusion.SCAN`` op computes: an inclusive ``kind`` scan (sum, prod, max, min:
+    the combine steps reductions use) along ``axis`` of operand 0."""
+
+    kind: str
+    axis: int
+
+
 # -- the op definition base class ------------------------------------------------------
 
 _REGISTRY: dict[str, type[OpDef]] = {}
@@ -430,6 +514,84 @@ class OpDef:
         before ``op``. The replacement must have exactly the op's result type.
         """
         return None
+
+    # The native backend interface (see Fusion) ---------------------------------------
+    fusion: ClassVar[str] = Fusion.NONE
+    #: reads its operands only where the index is in range (pad, concatenate): fusion
+    #: keeps such operands in memory unless they are duplicable scalars or computed in
+    #: split inner loops (``split_axis``)
+    guarded: ClassVar[bool] = False
+    #: operand 0 is read at indices held in data (the ``DATA`` entry of its index map), so
+    #: it must be in memory; ``c_kernel`` reads it through ``KernelContext.read_at``
+    indirect: ClassVar[bool] = False
+    #: its C value is an operand read at other indices, no arithmetic: recomputing it in a
+    #: later phase of a row kernel costs nothing, so it is never kept in a row buffer; a
+    #: kernel that only permutes one input this way is emitted as a tiled transpose
+    view: ClassVar[bool] = False
+    #: a float ``x / s`` whose divisor is one value per row may become ``x * (1 / s)``
+    reciprocal_divisor: ClassVar[bool] = False
+    #: argmax / argmin: the C comparison a later element must win to replace the best
+    arg_compare: ClassVar[str | None] = None
+
+    @classmethod
+    def fuses(cls, op: Op) -> bool:
+        """Can ``op`` be computed inside a fused kernel?"""
+        return cls.fusion in Fusion.IN_KERNEL
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int
+                  ) -> OperandMap | None:
+        """The dim map operand ``i`` needs so that ``op``'s result follows ``result_map``
+        in a kernel of rank ``kernel_rank``, with the operand dims that may be implicit
+        broadcasts at run time; None when the op cannot be fused. Elementwise ops read
+        every operand at the result's index (a rank-0 operand at no index)."""
+        if cls.fusion == Fusion.ELEMENTWISE:
+            return (result_map if op.operands[i].rank else ()), {}
+        return None
+
+    @classmethod
+    def red_axes(cls, op: Op) -> list[int] | None:
+        """The axes a ``Fusion.REDUCTION`` op removes, sorted (None for other ops)."""
+        return None
+
+    @classmethod
+    def reduction_kind(cls, op: Op) -> str | None:
+        """The combine step of a folding reduction (sum, prod, max, min, and, or), None
+        for other ops (an arg reduction declares ``arg_compare`` instead)."""
+        return None
+
+    @classmethod
+    def split_axis(cls, op: Op) -> int | None:
+        """The axis along which the operands lie side by side (concatenate): a kernel whose
+        innermost dim it is may split its inner loop at their boundaries. None if none."""
+        return None
+
+    @classmethod
+    def scan_spec(cls, op: Op) -> ScanSpec | None:
+        """What a ``Fusion.SCAN`` op computes."""
+        return None
+
+    @classmethod
+    def scatter_dims(cls, op: Op) -> tuple[int, list[int], list[int | None]] | None:
+        """A ``Fusion.SCATTER`` op ``(operand, indices, updates)``: the operand axis the
+        indices address, then for each indices dim the updates dim it follows, and for
+        each operand dim the updates dim it follows (None: the target index)."""
+        return None
+
+    @classmethod
+    def c_expr(cls, op: Op, args: list[str]) -> str | None:
+        """The C expression computing one element from ``args``, the C expressions of the
+        operands' elements (in their C types); None if there is none for these dtypes.
+        A ``view`` is its operand read at other indices: the operand's element itself."""
+        return args[0] if cls.view else None
+
+    @classmethod
+    def c_kernel(cls, op: Op, ctx: KernelContext) -> str | None:
+        """The C expression of the result's element at the kernel's current point. The
+        default feeds every operand's element (none for ops with trait "shape") to
+        ``c_expr``; ops that index or create values override it."""
+        args = [] if cls.has_trait("shape") else [ctx.operand(i) for i in range(len(op.operands))]
+        return cls.c_expr(op, args)
 
     # Generic machinery ---------------------------------------------------------------
     @classmethod

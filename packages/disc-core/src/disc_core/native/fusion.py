@@ -29,116 +29,55 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..index_map import DATA, Aff, DimMap, Entry, Quot, compose, kdim
 from ..ir import Graph, Op, Value
-from ..symbolic import as_expr
+from ..opdef import Fusion
+from ..ops.shape_ops import unit_reshape_pairs
 
-
-@dataclass(frozen=True)
-class Aff:
-    """An affine dim-map entry: the value's index is ``scale * idx[dim] + offset``.
-
-    Slices, reversals, pads and concatenations are folded into indexing this way instead
-    of being materialized; ``dim`` None means a fixed index (``offset``)."""
-
-    dim: int | None
-    scale: object  # Expr
-    offset: object  # Expr
-
-
-class _DataIndex:
-    """Entry of an indirectly indexed dim: the index is a value read at run time (gather)."""
-
-    def __repr__(self) -> str:
-        return "DATA"
-
-
-DATA = _DataIndex()
-
-
-@dataclass(frozen=True)
-class Quot:
-    """Entry of an interior-padded operand: its index is ``inner / step``. Only read under
-    the pad's guard, which admits just the points where ``inner`` is a multiple of ``step``
-    in range (emit.guarded_pad), so the division is exact."""
-
-    inner: object  # Entry
-    step: int
-
-
-Entry = int | Aff | Quot | _DataIndex | None
-DimMap = tuple[Entry, ...]
-
-
-def kdim(e: Entry) -> int | None:
-    """The kernel dim an entry follows (None for broadcast, fixed or indirect indices)."""
-    if isinstance(e, Aff):
-        return e.dim
-    return e if isinstance(e, int) else None
-
-
-def _sized(e: Entry, same_size: bool) -> Entry:
-    """Keep an identity entry affine when the sizes differ (a slice of a larger dim), so the
-    size checks for directly mapped dims do not apply to it."""
-    if isinstance(e, int) and not same_size:
-        return Aff(e, as_expr(1), as_expr(0))
-    return e
+__all__ = ["DATA", "Aff", "Alias", "DimMap", "Entry", "FusionPlan", "Kernel", "LibraryCall",
+           "NativeUnsupported", "Quot", "ScanCall", "ScatterCall", "Step", "compose", "kdim",
+           "operand_map", "plan_fusion", "red_axes", "scatter_fill", "scatter_reads",
+           "step_values", "unit_reshape_pairs"]
 
 
 def red_axes(op: Op) -> list[int] | None:
     """The axes a reduction-like op (reduce, argmax, argmin) removes, None for other ops."""
-    if op.name == "reduce":
-        return sorted(op.attrs["axes"])
-    if op.name in ("argmax", "argmin"):
-        return [op.attrs["axis"]]
-    return None
+    return op.opdef.red_axes(op)
 
 
-def compose(e: Entry, scale: object, offset: object) -> Entry:
-    """The entry of ``scale * index + offset`` where ``index`` follows ``e``."""
-    s, o = as_expr(scale), as_expr(offset)  # type: ignore[arg-type]
-    if isinstance(e, Aff):
-        d, s, o = e.dim, s * e.scale, s * e.offset + o  # type: ignore[operator]
-        if d is not None:
-            # stays affine even when it composes to the identity: it is affine because the
-            # sizes differ somewhere upstream (a slice of a longer dim), and a plain kernel
-            # dim would claim this value's dim is the kernel's
-            return Aff(d, s, o)
-    else:
-        d = e
-    if d is None:
-        return None if o == 0 else Aff(None, as_expr(0), o)
-    return d if (s == 1 and o == 0) else Aff(d, s, o)
+def _is_reduction(op: Op) -> bool:
+    return op.opdef.has_trait("reduction")
+
+
+def _is_constant(op: Op | None) -> bool:
+    """A literal (its data is an attribute: scalars become C literals, arrays static data)."""
+    return op is not None and op.opdef.has_trait("constant")
 
 
 class NativeUnsupported(Exception):
     """The native engine has no code path for part of the graph (the reason says which)."""
 
 
-FUSIBLE_ELEMENTWISE_TRAIT = "elementwise"
-INDEXING = {"broadcast_in_dim", "transpose", "slice", "reverse", "pad", "concatenate",
-            "gather", "gather_elements"}
-GUARDED = {"pad", "concatenate"}  # read operands only where the index is in range
-INDIRECT = {"gather", "gather_elements"}  # operand 0 is read at indices given by data
-REDUCTIONS = {"reduce", "argmax", "argmin"}
-SCATTERS = {"scatter_add", "scatter_elements_add"}
-DUPLICABLE = {"constant", "iota", "get_dimension_size"}
-SHAPE_ONLY = {"get_dimension_size"}  # read only the operand's shape, never its data
-
-
 @dataclass
 class Kernel:
+    """One fused kernel: the facts codegen (``kernel_emit``, ``host_emit``) reads.
+
+    Keyed by the IR objects themselves (values and ops hash by identity): the dim map of
+    every value computed or written, and of every materialized operand read, with the dims
+    of those reads that may be implicit broadcasts at run time."""
+
     id: int
     kind: str  # "loop" | "row" | "column"
     space: tuple  # tuple[Expr, ...]: the iteration space
     ops: list[Op] = field(default_factory=list)  # computed inside, topological order
-    maps: dict[int, DimMap] = field(default_factory=dict)  # id(value) -> dim map
+    maps: dict[Value, DimMap] = field(default_factory=dict)  # value -> its dim map
     inputs: list[Value] = field(default_factory=list)  # materialized values read
     outputs: list[Value] = field(default_factory=list)  # values written to memory
-    # (consumer op id, operand index) -> dim map used to read a materialized operand
-    reads: dict[tuple[int, int], DimMap] = field(default_factory=dict)
+    # (consumer op, operand index) -> dim map used to read a materialized operand
+    reads: dict[tuple[Op, int], DimMap] = field(default_factory=dict)
     # materialized reads whose dims may be implicitly broadcast at run time:
-    # (consumer op id, operand index) -> {operand dim: kernel dim}
-    maybe_broadcast: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    # (consumer op, operand index) -> {operand dim: kernel dim}
+    maybe_broadcast: dict[tuple[Op, int], dict[int, int]] = field(default_factory=dict)
     # a concatenate along the innermost kernel dim whose operands are computed in place: the
     # inner loop is split at its boundaries, so each operand is evaluated only in range
     split_concat: Op | None = None
@@ -167,7 +106,7 @@ class Kernel:
     def reductions(self) -> list[Op]:
         """Reductions of the kernel's own schedule (column epilogue sums excluded)."""
         epilogue = {id(op) for op in self.column_epilogue}
-        return [op for op in self.ops if op.name in REDUCTIONS and id(op) not in epilogue]
+        return [op for op in self.ops if _is_reduction(op) and id(op) not in epilogue]
 
 
 @dataclass
@@ -189,12 +128,16 @@ def scatter_fill(op: Op) -> Value | None:
     tensor): the scatter then fills its result with the scalar itself, so the operand is
     never materialized, which saves one kernel writing it and one pass copying it."""
     p = op.operands[0].producer
-    if p is None or p.name != "broadcast_in_dim":
+    if p is None or not _is_broadcast(p):
         return None
-    c = p.operands[0].producer
-    if c is None or c.name != "constant" or p.operands[0].rank != 0:
+    if not _is_constant(p.operands[0].producer) or p.operands[0].rank != 0:
         return None
     return p.operands[0]
+
+
+def _is_broadcast(op: Op) -> bool:
+    """An op fused as indexing that replicates its operand (broadcast_in_dim)."""
+    return op.opdef.fusion == Fusion.INDEXING and op.opdef.has_trait("broadcast")
 
 
 def scatter_reads(op: Op) -> list[Value]:
@@ -239,110 +182,18 @@ class FusionPlan:
 
 def operand_map(op: Op, i: int, result_map: DimMap, kernel_rank: int
                 ) -> tuple[DimMap, dict[int, int]]:
-    """The dim map operand ``i`` needs so that ``op``'s result follows ``result_map``.
-
-    Also returns the operand dims that might be implicit broadcasts at run time.
+    """The dim map operand ``i`` needs so that ``op``'s result follows ``result_map``
+    (the op's own ``index_map``). Also returns the operand dims that might be implicit
+    broadcasts at run time.
     """
-    v = op.operands[i]
-    name = op.name
-    if op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT):
-        return (result_map if v.rank else ()), {}
-    if name == "broadcast_in_dim":
-        dims = op.attrs["broadcast_dimensions"]
-        out: list[int | None] = []
-        maybe: dict[int, int] = {}
-        res_shape = op.results[0].shape
-        for j, d in enumerate(dims):
-            od, rd = v.shape[j], res_shape[d]
-            if od == rd:
-                out.append(result_map[d])
-            elif od.is_const and od.value == 1:
-                out.append(None)
-            else:  # symbolic operand dim: equal or 1 at run time
-                out.append(result_map[d])
-                if result_map[d] is not None:
-                    maybe[j] = result_map[d]  # type: ignore[assignment]
-        return tuple(out), maybe
-    if name == "transpose":
-        perm = op.attrs["permutation"]
-        out2: list[int | None] = [None] * v.rank
-        for k, p in enumerate(perm):
-            out2[p] = result_map[k]
-        return tuple(out2), {}
-    if name in REDUCTIONS:
-        axes = red_axes(op)
-        kept = iter(result_map)
-        used = {kdim(e) for e in result_map}
-        missing = iter(d for d in range(kernel_rank) if d not in used)
-        return tuple(next(missing) if j in axes else next(kept) for j in range(v.rank)), {}
-    if name == "slice":
-        a = op.attrs
-        res = op.results[0].shape
-        return tuple(_sized(compose(result_map[j], a["stride"][j], a["start"][j]),
-                            v.shape[j] == res[j]) for j in range(v.rank)), {}
-    if name == "reverse":
-        dims = op.attrs["dimensions"]
-        return tuple(compose(e, -1, v.shape[j] - 1) if j in dims else e
-                     for j, e in enumerate(result_map)), {}
-    if name == "pad":
-        if i == 1:
-            return (), {}
-        a = op.attrs
-        return tuple(compose(e, 1, -a["low"][j]) if not a["interior"][j] else
-                     Quot(compose(e, 1, -a["low"][j]), a["interior"][j] + 1)
-                     for j, e in enumerate(result_map)), {}
-    if name == "gather":
-        axis, bd = op.attrs["axis"], op.attrs["batch_dims"]
-        q = op.operands[1].rank - bd  # index dims that replace the operand's axis
-        if i == 1:
-            return tuple(result_map[j] if j < bd else result_map[axis + j - bd]
-                         for j in range(v.rank)), {}
-        return tuple(result_map[j] if j < axis else DATA if j == axis else
-                     result_map[j + q - 1] for j in range(v.rank)), {}
-    if name == "gather_elements":
-        axis = op.attrs["axis"]
-        if i == 1:
-            return result_map, {}
-        return tuple(DATA if j == axis else e for j, e in enumerate(result_map)), {}
-    if name == "reshape":
-        pairs = unit_reshape_pairs(op)
-        if pairs is None:
-            raise NativeUnsupported("reshape cannot be fused unless it only adds or removes "
-                                    "size-1 dims")
-        out3: list[Entry] = [None] * v.rank  # the operand's unit dims are read at index 0
-        for rd, od in pairs:
-            out3[od] = result_map[rd]
-        return tuple(out3), {}
-    if name == "concatenate":
-        axis = op.attrs["dimension"]
-        start = sum((w.shape[axis] for w in op.operands[:i]), start=v.shape[axis] * 0)
-        res = op.results[0].shape
-        return tuple(_sized(compose(e, 1, -start), v.shape[axis] == res[axis]) if j == axis
-                     else e for j, e in enumerate(result_map)), {}
-    raise NativeUnsupported(f"{name} cannot be fused")
-
-
-def unit_reshape_pairs(op: Op) -> list[tuple[int, int]] | None:
-    """(result dim, operand dim) pairs of a reshape that only inserts or removes dims of
-    static size 1 (keepdim reductions, ``x[:, None]``, squeeze), None for any other reshape.
-
-    Such a reshape moves no data: inside a kernel it is indexing (the unit dims read index
-    0), so a keepdim statistic stays in the kernel that computes it instead of splitting
-    the kernel at a zero-copy alias."""
-    def non_unit(shape: tuple) -> list[int]:
-        return [j for j, d in enumerate(shape) if not (d.is_const and d.value == 1)]
-
-    src, res = op.operands[0].shape, op.results[0].shape
-    a, b = non_unit(src), non_unit(res)
-    if len(a) != len(b) or any(src[i] != res[j] for i, j in zip(a, b)):
-        return None
-    return list(zip(b, a))
+    got = op.opdef.index_map(op, i, result_map, kernel_rank)
+    if got is None:
+        raise NativeUnsupported(f"{op.name} cannot be fused")
+    return got
 
 
 def _fusible(op: Op) -> bool:
-    return (op.opdef.has_trait(FUSIBLE_ELEMENTWISE_TRAIT) or op.name in DUPLICABLE
-            or op.name in INDEXING or op.name in REDUCTIONS
-            or (op.name == "reshape" and unit_reshape_pairs(op) is not None))
+    return op.opdef.fuses(op)
 
 
 # -- planning -----------------------------------------------------------------------------
@@ -392,18 +243,19 @@ def _plan_steps(graph: Graph, banned: set[int]) -> list[Step]:
     for op in reversed(graph.ops):
         if id(op) in fused:
             continue
-        if not any(id(r) in needed for r in op.results) or op.name == "constant":
+        if not any(id(r) in needed for r in op.results) or _is_constant(op):
             continue  # fused into every consumer, dead, or a static array (constants)
-        if op.name == "dot_general":
+        role = op.opdef.fusion
+        if role == Fusion.LIBRARY:
             step: Step = LibraryCall(op)
             reads = list(op.operands)
-        elif op.name == "reshape":
+        elif role == Fusion.ALIAS:
             step = Alias(op)
             reads = list(op.operands)
-        elif op.name in SCATTERS:
+        elif role == Fusion.SCATTER:
             step = ScatterCall(op)
             reads = scatter_reads(op)
-        elif op.name == "cumulative":
+        elif role == Fusion.SCAN:
             step = ScanCall(op)
             reads = list(op.operands)
         elif _fusible(op):
@@ -570,7 +422,7 @@ def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
             reds = col.reductions
             lead = list(range(col.rank - 1))
             if len(reds) != len(col.outputs) or any(
-                    op.name != "reduce" or op.attrs["kind"] != "sum" or red_axes(op) != lead
+                    op.opdef.reduction_kind(op) != "sum" or red_axes(op) != lead
                     for op in reds):
                 continue
             h = _epilogue_host(steps, n, col, position, reach)
@@ -610,8 +462,8 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
             continue
         produced = {id(v) for v in host.outputs}
         col_maps, host_maps = _read_maps(col), _read_maps(host)
-        if not any(id(v) in produced or (siblings and id(v) in host_maps and
-                                         host_maps[id(v)] == col_maps.get(id(v)))
+        if not any(id(v) in produced or (siblings and v in host_maps and
+                                         host_maps[v] == col_maps.get(v))
                    for v in col.inputs):
             continue  # nothing to save: it neither writes nor reads what the column sums
         if h < n:  # the column kernel's other inputs must exist before the host runs
@@ -621,8 +473,8 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
         elif reach[h] >> n & 1:
             continue  # a later host that needs the sums (or what they feed) cannot make them
         # what the column kernel reads from the host, it must read in the host's layout
-        ok = all(host.maps.get(id(op.operands[i])) == m for (oid, i), m in col.reads.items()
-                 for op in col.ops if id(op) == oid and id(op.operands[i]) in produced)
+        ok = all(host.maps.get(op.operands[i]) == m for (op, i), m in col.reads.items()
+                 if id(op.operands[i]) in produced)
         # values in both kernels (duplicated constants) must follow the same dims
         shared = col.maps.keys() & host.maps.keys()
         if ok and all(col.maps[v] == host.maps[v] for v in shared):
@@ -630,15 +482,14 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
     return None
 
 
-def _read_maps(k: Kernel) -> dict[int, DimMap]:
-    """id(value) -> the dim map ``k`` reads it with (when every read agrees)."""
-    ops = {id(op): op for op in k.ops}
-    out: dict[int, DimMap] = {}
-    clash: set[int] = set()
-    for (oid, i), m in k.reads.items():
-        v = ops[oid].operands[i]
-        if out.setdefault(id(v), m) != m:
-            clash.add(id(v))
+def _read_maps(k: Kernel) -> dict[Value, DimMap]:
+    """value -> the dim map ``k`` reads it with (when every read agrees)."""
+    out: dict[Value, DimMap] = {}
+    clash: set[Value] = set()
+    for (op, i), m in k.reads.items():
+        v = op.operands[i]
+        if out.setdefault(v, m) != m:
+            clash.add(v)
     for v in clash:
         del out[v]
     return out
@@ -655,7 +506,7 @@ def _with_epilogue(host: Kernel, col: Kernel) -> Kernel:
             seen.add(id(op))
             k.ops.append(op)
         for i, v in enumerate(op.operands):
-            key = (id(op), i)
+            key = (op, i)
             if key in col.reads and id(v) not in inside:
                 k.reads[key] = col.reads[key]
                 if key in col.maybe_broadcast:
@@ -736,26 +587,25 @@ def _absorb_consumer(prod: Step, cons: Kernel, p: int, sources: list[int], reach
                 return None  # affine / indirect entries: keep the kernels apart
         return tuple(out)
 
-    maps: dict[int, DimMap] = {}
+    maps: dict[Value, DimMap] = {}
     for v, m in cons.maps.items():
         t = translate(m)
         if t is None or (v in prod.maps and prod.maps[v] != t):
             return None
         maps[v] = t
     inside = {id(r) for op in prod.ops for r in op.results}
-    reads: dict[tuple[int, int], DimMap] = {}
-    for (oid, i), m in cons.reads.items():
+    reads: dict[tuple[Op, int], DimMap] = {}
+    for (op, i), m in cons.reads.items():
         t = translate(m)
         if t is None:
             return None
-        reads[(oid, i)] = t
-    ops_by_id = {id(op): op for op in cons.ops}
-    for (oid, i), t in list(reads.items()):
-        v = ops_by_id[oid].operands[i]
+        reads[(op, i)] = t
+    for (op, i), t in list(reads.items()):
+        v = op.operands[i]
         if id(v) in inside:
-            if prod.maps.get(id(v)) != t:
+            if prod.maps.get(v) != t:
                 return None  # read at other points than the producer computes it
-            del reads[(oid, i)]
+            del reads[(op, i)]
     k = prod.copy()
     seen = {id(op) for op in k.ops}
     k.ops += [op for op in cons.ops if id(op) not in seen]
@@ -859,7 +709,8 @@ def _root_space(op: Op) -> tuple[str, tuple, DimMap]:
         raise NativeUnsupported("reduce over no axes should have been canonicalized away")
     if axes == [n - 1]:
         return "row", x.shape, tuple(range(n - 1))
-    if axes == list(range(len(axes))) and len(axes) < n and op.name == "reduce":
+    if (axes == list(range(len(axes))) and len(axes) < n
+            and op.opdef.reduction_kind(op) is not None):
         # column reduction: the kept trailing dims are the kernel's columns; the reduced
         # leading dims are flattened into rows
         return "column", x.shape, tuple(range(len(axes), n))
@@ -883,51 +734,51 @@ def _grow_kernel(root: Op, users: dict[Value, list[Op]], needed: set[int],
     else:
         kind, space, root_map = _root_space(root)
     k = Kernel(id=0, kind=kind, space=space)
-    k.maps[id(root.results[0])] = root_map
+    k.maps[root.results[0]] = root_map
     k.outputs.append(root.results[0])
     members: dict[int, Op] = {id(root): root}
     changed = True
     while changed:
         changed = False
         for op in list(members.values()):
-            for v in (() if op.name in SHAPE_ONLY else op.operands):
+            for v in (() if op.opdef.has_trait("shape") else op.operands):
                 p = v.producer
                 if p is None or id(p) in members:
                     continue
                 if id(p) in fused and not _duplicable(p):
                     continue  # another kernel already writes it: read it, never write twice
-                if (op.name in GUARDED and not (_duplicable(p) and not v.rank)
+                if (op.opdef.guarded and not (_duplicable(p) and not v.rank)
                         and not _splits_inner_loop(k, op)):
                     continue  # a guarded operand is only read where in range: materialize
-                if op.name in INDIRECT and v is op.operands[0]:
+                if op.opdef.indirect and v is op.operands[0]:
                     continue  # read at data-dependent indices: must be in memory
                 need = _agreed_map(k, v, users, members)
                 if need is None:
                     continue
                 verdict = _can_join(k, p, v, need, users, needed, members, root, ancestors,
                                     banned)
-                if verdict and op.name == "concatenate" and not _duplicable(p):
+                if verdict and op.opdef.split_axis(op) is not None and not _duplicable(p):
                     k.split_concat = op
                 if verdict:
                     members[id(p)] = p
-                    k.maps[id(v)] = need
+                    k.maps[v] = need
                     if verdict == "output":
                         k.outputs.append(v)
                     changed = True
     k.ops = _topo(list(members.values()))
     for op in k.ops:
-        for i, v in enumerate(() if op.name in SHAPE_ONLY else op.operands):
+        for i, v in enumerate(() if op.opdef.has_trait("shape") else op.operands):
             if v.producer is not None and id(v.producer) in members:
                 continue
-            need, maybe = operand_map(op, i, k.maps[id(op.results[0])], k.rank)
-            k.reads[(id(op), i)] = need
+            need, maybe = operand_map(op, i, k.maps[op.results[0]], k.rank)
+            k.reads[(op, i)] = need
             mapped = {j: d for j, d in enumerate(need) if isinstance(d, int) and j not in maybe
-                      and op.name not in GUARDED and not (op.name in INDIRECT and i == 0)}
+                      and not op.opdef.guarded and not (op.opdef.indirect and i == 0)}
             if any(v.shape[j] != k.space[d] for j, d in mapped.items()):
                 raise NativeUnsupported(f"{op.name} reads operand #{i} with dims that do "
                                         f"not follow the kernel space")
             if maybe:
-                k.maybe_broadcast[(id(op), i)] = maybe
+                k.maybe_broadcast[(op, i)] = maybe
             if v not in k.inputs:
                 k.inputs.append(v)
     _check_kernel(k)
@@ -940,12 +791,12 @@ def _agreed_map(k: Kernel, v: Value, users: dict[Value, list[Op]], members: dict
     be an implicit broadcast)."""
     need: DimMap | None = None
     for u in users.get(v, []):
-        if id(u) not in members or u.name in SHAPE_ONLY:
+        if id(u) not in members or u.opdef.has_trait("shape"):
             continue  # a member reading only v's shape puts no demand on v's layout
         for i, w in enumerate(u.operands):
             if w is not v:
                 continue
-            m, maybe = operand_map(u, i, k.maps[id(u.results[0])], k.rank)
+            m, maybe = operand_map(u, i, k.maps[u.results[0]], k.rank)
             if maybe or (need is not None and m != need):
                 return None
             need = m
@@ -967,10 +818,10 @@ def _dims_agree(v: Value, m: DimMap, space: tuple) -> bool:
 
 def _duplicable(p: Op) -> bool:
     """Ops recomputed in every kernel that reads them rather than materialized."""
-    if p.name in DUPLICABLE:
+    if p.opdef.fusion == Fusion.DUPLICABLE:
         return True
-    src = p.operands[0].producer if p.name == "broadcast_in_dim" else None
-    return src is not None and src.name in DUPLICABLE
+    src = p.operands[0].producer if _is_broadcast(p) else None
+    return src is not None and src.opdef.fusion == Fusion.DUPLICABLE
 
 
 def _splits_inner_loop(k: Kernel, op: Op) -> bool:
@@ -981,12 +832,13 @@ def _splits_inner_loop(k: Kernel, op: Op) -> bool:
     per-element select chain, no materialized operands. One such concatenate per kernel;
     reductions cannot join it afterwards (their phases run over the whole row).
     """
-    if op.name != "concatenate" or k.kind != "loop" or not k.rank:
+    axis = op.opdef.split_axis(op)
+    if axis is None or k.kind != "loop" or not k.rank:
         return False
     if k.split_concat is not None and k.split_concat is not op:
         return False
-    m = k.maps.get(id(op.results[0]))
-    return m is not None and m[op.attrs["dimension"]] == k.rank - 1
+    m = k.maps.get(op.results[0])
+    return m is not None and m[axis] == k.rank - 1
 
 
 def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[Op]],
@@ -995,18 +847,18 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
     """False, True (fuse) or "output" (fuse and also write ``v``: multi-output fusion)."""
     if not _fusible(p) or not _dims_agree(v, need, k.space):
         return False
-    for j, w in enumerate(() if p.name in SHAPE_ONLY else p.operands):
+    for j, w in enumerate(() if p.opdef.has_trait("shape") else p.operands):
         q = w.producer
         if q is not None and id(q) in members:
             # a value the kernel already computes under one index map (an iota joins with
             # its first reader) cannot serve a reader that indexes it another way
             m, maybe = operand_map(p, j, need, k.rank)
-            if maybe or m != k.maps.get(id(w)):
+            if maybe or m != k.maps.get(w):
                 return False
     if _duplicable(p):
-        return p.name != "constant" or not p.results[0].rank
+        return not _is_constant(p) or not p.results[0].rank
     becomes_row = False
-    if p.name in REDUCTIONS:
+    if _is_reduction(p):
         if k.split_concat is not None:
             return False
         n = k.rank
@@ -1077,9 +929,10 @@ def _check_kernel(k: Kernel) -> None:
     """Row kernels reduce the innermost dim only; column kernels write only reductions."""
     n = k.rank
     for op in k.reductions:
-        m = k.maps[id(op.operands[0])] if id(op.operands[0]) in k.maps else None
+        m = k.maps.get(op.operands[0])
         if k.kind == "row" and op is not k.ops[-1] and m is not None and m[-1] != n - 1:
             raise NativeUnsupported("row kernel with a non-innermost reduction")
-    if k.kind == "column" and any(o.producer is None or o.producer.name != "reduce"
+    if k.kind == "column" and any(o.producer is None
+                                  or o.producer.opdef.reduction_kind(o.producer) is None
                                   for o in k.outputs):
         raise NativeUnsupported("column kernels only write their reductions")

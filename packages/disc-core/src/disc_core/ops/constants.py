@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import NUMERIC_DTYPES, dtype_of
-from ..ir import TensorType
-from ..opdef import ARRAY, DIMS, DTYPE, INT, Attr, Ctx, Env, OpDef
+from ..ir import Op, TensorType
+from ..opdef import ARRAY, DIMS, DTYPE, INT, Attr, Ctx, Env, Fusion, KernelContext, OpDef
 
 
 class Constant(OpDef):
@@ -18,6 +18,13 @@ class Constant(OpDef):
     name = "constant"
     attrs = {"value": Attr(ARRAY)}
     traits = frozenset({"pure", "constant"})
+    #: a scalar is a C literal in every kernel that reads it; a larger constant is a
+    #: static array (never a step of its own)
+    fusion = Fusion.DUPLICABLE
+
+    @classmethod
+    def c_kernel(cls, op: Op, ctx: KernelContext) -> str:
+        return ctx.literal(op.attrs["value"].array.item(), op.results[0].dtype)
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -36,6 +43,11 @@ class Iota(OpDef):
     name = "iota"
     attrs = {"shape": Attr(DIMS), "dimension": Attr(INT), "dtype": Attr(DTYPE)}
     traits = frozenset({"pure"})
+    fusion = Fusion.DUPLICABLE
+
+    @classmethod
+    def c_kernel(cls, op: Op, ctx: KernelContext) -> str:
+        return f"({ctx.ctype(op.results[0].dtype)})({ctx.index(op.attrs['dimension'])})"
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

@@ -4,7 +4,9 @@ Semantics follow StableHLO. Every op accepts every dtype (``dtypes.ALL_DTYPES``)
 indices of the dynamic ops are rank-0 tensors of any integer dtype (each may differ).
 
 Traits: ``"pure"`` and ``"data_movement"`` (the result's elements are copies of operand
-elements or of a padding value, at positions an index map determines).
+elements or of a padding value, at positions an index map determines). Slice, concatenate,
+pad and reverse state that map for the native backend (``index_map``, see
+``disc_core.index_map``).
 
 Static bounds are checked when a violation is provable (the relevant difference of dims is
 a negative constant); everything else is checked by the reference at run time.
@@ -18,10 +20,24 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import INT_DTYPES
+from ..index_map import DimMap, OperandMap, Quot, compose, sized
 from ..ir import Op, TensorType, Value
-from ..opdef import DIMS, INT, INTS, Attr, Ctx, Env, InterpretError, OpDef, Rewriter, VerifyError
+from ..opdef import (
+    DIMS,
+    INT,
+    INTS,
+    Attr,
+    Ctx,
+    Env,
+    Fusion,
+    InterpretError,
+    KernelContext,
+    OpDef,
+    Rewriter,
+    VerifyError,
+)
 from ..shape_facts import Eq, Fact
-from ..symbolic import Expr, ceildiv, smax
+from ..symbolic import Expr, ceildiv, product, smax
 from .shape_ops import c_array, check_dims_nonneg, provably_negative
 
 TRAITS = frozenset({"pure", "data_movement"})
@@ -79,6 +95,14 @@ class Slice(OpDef):
                             fill_like=("start", 1))}
     traits = TRAITS
     summary = "x[start:limit:stride]"
+    fusion = Fusion.INDEXING
+    view = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        a, v, res = op.attrs, op.operands[0], op.results[0].shape
+        return tuple(sized(compose(result_map[j], a["stride"][j], a["start"][j]),
+                           v.shape[j] == res[j]) for j in range(v.rank)), {}
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -222,6 +246,36 @@ class Concatenate(OpDef):
     attrs = {"dimension": Attr(INT)}
     traits = TRAITS
     summary = "join along one dim"
+    fusion = Fusion.INDEXING
+    guarded = True
+
+    @classmethod
+    def split_axis(cls, op: Op) -> int:
+        return op.attrs["dimension"]
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        axis, v = op.attrs["dimension"], op.operands[i]
+        start = sum((w.shape[axis] for w in op.operands[:i]), start=v.shape[axis] * 0)
+        res = op.results[0].shape
+        return tuple(sized(compose(e, 1, -start), v.shape[axis] == res[axis]) if j == axis
+                     else e for j, e in enumerate(result_map)), {}
+
+    @classmethod
+    def c_kernel(cls, op: Op, ctx: KernelContext) -> str:
+        """A select chain on the index along the axis (each operand read in range only)."""
+        args = [ctx.operand(i) for i in range(len(op.operands))]
+        axis = op.attrs["dimension"]
+        e = ctx.index(axis)
+        out = args[-1]
+        end = product([]) * 0
+        ends = []
+        for w in op.operands[:-1]:
+            end = end + w.shape[axis]
+            ends.append(end)
+        for end, arg in reversed(list(zip(ends, args[:-1]))):
+            out = f"(({e}) < {ctx.dim(end)} ? ({arg}) : {out})"
+        return out
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -309,6 +363,35 @@ class Pad(OpDef):
                               fill_like=("low", 0))}
     traits = TRAITS
     summary = "edge and interior padding"
+    fusion = Fusion.INDEXING
+    guarded = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        if i == 1:
+            return (), {}
+        a = op.attrs
+        return tuple(compose(e, 1, -a["low"][j]) if not a["interior"][j] else
+                     Quot(compose(e, 1, -a["low"][j]), a["interior"][j] + 1)
+                     for j, e in enumerate(result_map)), {}
+
+    @classmethod
+    def c_kernel(cls, op: Op, ctx: KernelContext) -> str:
+        """x where the index is inside the operand's placed elements, else the padding."""
+        args = [ctx.operand(0), ctx.operand(1)]
+        conds = []
+        for j, (lo, d) in enumerate(zip(op.attrs["low"], op.operands[0].shape)):
+            step = op.attrs["interior"][j] + 1
+            if lo == 0 and op.attrs["high"][j] == 0 and step == 1:
+                continue
+            e = ctx.index(j)
+            # interior padding: operand element k sits at lo + k * step
+            conds.append(f"({e}) >= {ctx.dim(lo)} && ({e}) < {ctx.dim(lo + (d - 1) * step + 1)}"
+                         + (f" && (({e}) - {ctx.dim(lo)}) % INT64_C({step}) == 0"
+                            if step > 1 else ""))
+        if not conds:
+            return args[0]
+        return f"(({' && '.join(conds)}) ? ({args[0]}) : ({args[1]}))"
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -375,6 +458,14 @@ class Reverse(OpDef):
     attrs = {"dimensions": Attr(INTS)}
     traits = TRAITS
     summary = "flip along dims"
+    fusion = Fusion.INDEXING
+    view = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        dims, v = op.attrs["dimensions"], op.operands[0]
+        return tuple(compose(e, -1, v.shape[j] - 1) if j in dims else e
+                     for j, e in enumerate(result_map)), {}
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, DType
 from ..ir import Op, TensorType, Value
-from ..opdef import DTYPE, STR, Attr, Ctx, Env, InterpretError, OpDef, Rewriter
+from ..opdef import DTYPE, STR, Attr, Ctx, Env, Fusion, InterpretError, OpDef, Rewriter
 from ..shape_facts import Eq, Fact
 
 LOGICAL_DTYPES = (DType.BOOL,) + INT_DTYPES
@@ -50,6 +50,7 @@ class Elementwise(OpDef):
     """Shared behaviour of elementwise ops with a table-driven numpy function."""
 
     traits = frozenset({"elementwise", "pure"})
+    fusion = Fusion.ELEMENTWISE
     dtypes: tuple[DType, ...] = ALL_DTYPES
     fn: Callable[..., np.ndarray]
     result_dtype: DType | None = None  # None: same as the operands
@@ -224,6 +225,9 @@ for _name, (_fn, _dtypes, _doc) in _BINARY.items():
         "name": _name, "operands": ("lhs", "rhs"), "dtypes": _dtypes, "fn": staticmethod(_fn),
         "summary": _doc, "__doc__": _doc,
         "traits": Elementwise.traits | ({"commutative"} if _name in _COMMUTATIVE else set()),
+        # x / s with s one value per row (softmax's sum, a norm's scale) may multiply by
+        # 1 / s, which the C compiler hoists out of the row: at most an ulp apart
+        "reciprocal_divisor": _name == "div",
     })
 
 
@@ -259,6 +263,7 @@ class Select(OpDef):
     name = "select"
     operands = ("pred", "on_true", "on_false")
     traits = frozenset({"elementwise", "pure"})
+    fusion = Fusion.ELEMENTWISE
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -291,6 +296,7 @@ class Clamp(OpDef):
     name = "clamp"
     operands = ("lo", "x", "hi")
     traits = frozenset({"elementwise", "pure"})
+    fusion = Fusion.ELEMENTWISE
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -330,6 +336,7 @@ class Convert(OpDef):
     operands = ("x",)
     attrs = {"dtype": Attr(DTYPE)}
     traits = frozenset({"elementwise", "pure"})
+    fusion = Fusion.ELEMENTWISE
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import ALL_DTYPES, NUMERIC_DTYPES, DType, dtype_of
+from ..index_map import DATA, DimMap, OperandMap
 from ..ir import Op, TensorType
-from ..opdef import INT, Attr, Ctx, Env, InterpretError, OpDef
+from ..opdef import INT, Attr, Ctx, Env, Fusion, InterpretError, KernelContext, OpDef
 from ..shape_facts import Eq, Fact
 from ..symbolic import Expr
 from .linalg import acc_dtype
@@ -103,6 +104,13 @@ class _Plan:
         return bidx, ir
 
 
+def _c_indirect(op: Op, ctx: KernelContext) -> str:
+    """The native load of a gather: operand 0 at the (clamped) index operand 1 holds."""
+    idx = ctx.operand(1)
+    top = ctx.dim(op.operands[0].shape[op.attrs["axis"]] - 1)
+    return ctx.read_at(0, f"disc_clampi((int64_t)({idx}), {top})")
+
+
 class Gather(OpDef):
     """Take slices of ``operand`` along ``axis`` (TF ``GatherV2`` / ``np.take``)::
 
@@ -121,6 +129,21 @@ class Gather(OpDef):
     attrs = {"axis": Attr(INT, doc="the operand axis indexed"),
              "batch_dims": Attr(INT, default=0, doc="leading dims shared with indices")}
     traits = frozenset({"pure"})
+    fusion = Fusion.INDEXING
+    indirect = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        axis, bd = op.attrs["axis"], op.attrs["batch_dims"]
+        q = op.operands[1].rank - bd  # index dims that replace the operand's axis
+        v = op.operands[i]
+        if i == 1:
+            return tuple(result_map[j] if j < bd else result_map[axis + j - bd]
+                         for j in range(v.rank)), {}
+        return tuple(result_map[j] if j < axis else DATA if j == axis else
+                     result_map[j + q - 1] for j in range(v.rank)), {}
+
+    c_kernel = classmethod(lambda cls, op, ctx: _c_indirect(op, ctx))
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -163,6 +186,16 @@ class ScatterAdd(OpDef):
     attrs = {"axis": Attr(INT, doc="the operand axis indexed"),
              "batch_dims": Attr(INT, default=0, doc="leading dims shared with indices")}
     traits = frozenset({"pure"})
+    fusion = Fusion.SCATTER
+
+    @classmethod
+    def scatter_dims(cls, op: Op) -> tuple[int, list[int], list[int | None]]:
+        x, idx = op.operands[0], op.operands[1]
+        axis, bd = op.attrs["axis"], op.attrs["batch_dims"]
+        q = idx.rank - bd
+        idims = [j if j < bd else axis + j - bd for j in range(idx.rank)]
+        xdims = [j if j < axis else None if j == axis else j + q - 1 for j in range(x.rank)]
+        return axis, idims, xdims
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -263,6 +296,17 @@ class GatherElements(OpDef):
     operands = ("operand", "indices")
     attrs = {"axis": Attr(INT, doc="the operand axis indexed")}
     traits = frozenset({"pure"})
+    fusion = Fusion.INDEXING
+    indirect = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        if i == 1:
+            return result_map, {}
+        axis = op.attrs["axis"]
+        return tuple(DATA if j == axis else e for j, e in enumerate(result_map)), {}
+
+    c_kernel = classmethod(lambda cls, op, ctx: _c_indirect(op, ctx))
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -294,6 +338,14 @@ class ScatterElementsAdd(OpDef):
     operands = ("operand", "indices", "updates")
     attrs = {"axis": Attr(INT, doc="the operand axis indexed")}
     traits = frozenset({"pure"})
+    fusion = Fusion.SCATTER
+
+    @classmethod
+    def scatter_dims(cls, op: Op) -> tuple[int, list[int], list[int | None]]:
+        axis = op.attrs["axis"]
+        idims = list(range(op.operands[1].rank))
+        xdims = [j if j != axis else None for j in range(op.operands[0].rank)]
+        return axis, idims, xdims
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

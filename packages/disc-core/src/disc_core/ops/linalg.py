@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import NUMERIC_DTYPES, DType, dtype_of
 from ..ir import Op, TensorType
-from ..opdef import INT, INT_PAIRS, INTS, STR, Attr, Ctx, Env, InterpretError, OpDef
+from ..opdef import INT, INT_PAIRS, INTS, STR, Attr, Ctx, Env, Fusion, InterpretError, OpDef
 from ..shape_facts import Divisible, Eq, Fact
 from ..symbolic import Expr, floordiv
 
@@ -61,7 +61,9 @@ class DotGeneral(OpDef):
         "lhs_contract": Attr(INTS, doc="contracting axes of lhs"),
         "rhs_contract": Attr(INTS, doc="contracting axes of rhs, paired with lhs_contract"),
     }
+    #: a GEMM through the BLAS the runtime finds (native.library)
     traits = frozenset({"pure", "contraction"})
+    fusion = Fusion.LIBRARY
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

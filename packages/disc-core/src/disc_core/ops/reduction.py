@@ -16,8 +16,22 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import ALL_DTYPES, NUMERIC_DTYPES, DType, dtype_of
+from ..index_map import DimMap, OperandMap, kdim
 from ..ir import Op, TensorType, Value
-from ..opdef import DTYPE, INT, INTS, STR, Attr, Ctx, Env, InterpretError, OpDef, Rewriter
+from ..opdef import (
+    DTYPE,
+    INT,
+    INTS,
+    STR,
+    Attr,
+    Ctx,
+    Env,
+    Fusion,
+    InterpretError,
+    OpDef,
+    Rewriter,
+    ScanSpec,
+)
 from .linalg import acc_dtype
 
 _KIND_DTYPES: dict[str, tuple[DType, ...]] = {
@@ -48,7 +62,26 @@ def identity(kind: str, dt: DType) -> Any:
     return info.min if kind == "max" else info.max
 
 
-class Reduce(OpDef):
+class _Reduction(OpDef):
+    """What the native backend knows of every reduction: the operand's reduced dims take
+    the kernel dims the result does not use (a row kernel's innermost, a column kernel's
+    leading ones), in order; the kept dims follow the result's."""
+
+    traits = frozenset({"pure", "reduction"})
+    fusion = Fusion.REDUCTION
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        axes = cls.red_axes(op)
+        assert axes is not None
+        kept = iter(result_map)
+        used = {kdim(e) for e in result_map}
+        missing = iter(d for d in range(kernel_rank) if d not in used)
+        return tuple(next(missing) if j in axes else next(kept)  # type: ignore[misc]
+                     for j in range(op.operands[0].rank)), {}
+
+
+class Reduce(_Reduction):
     """Reduce ``x`` over ``axes`` (removed from the result; any order, no repeats).
 
     ``kind`` is one of:
@@ -69,7 +102,14 @@ class Reduce(OpDef):
         "kind": Attr(STR, choices=tuple(_KIND_DTYPES), doc="sum, prod, max, min, and, or"),
         "axes": Attr(INTS, doc="the axes reduced over, removed from the result"),
     }
-    traits = frozenset({"pure", "reduction"})
+
+    @classmethod
+    def red_axes(cls, op: Op) -> list[int]:
+        return sorted(op.attrs["axes"])
+
+    @classmethod
+    def reduction_kind(cls, op: Op) -> str:
+        return op.attrs["kind"]
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -109,7 +149,7 @@ class Reduce(OpDef):
             return np.asarray(out).astype(dt.np)
 
 
-class _ArgReduce(OpDef):
+class _ArgReduce(_Reduction):
     """Shared by argmax and argmin."""
 
     operands = ("x",)
@@ -118,8 +158,11 @@ class _ArgReduce(OpDef):
         "index_dtype": Attr(DTYPE, default="i64", choices=(DType.I32, DType.I64),
                             doc="i32 or i64"),
     }
-    traits = frozenset({"pure", "reduction"})
     _np_fn: Any
+
+    @classmethod
+    def red_axes(cls, op: Op) -> list[int]:
+        return [op.attrs["axis"]]
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -165,6 +208,7 @@ class ArgMax(_ArgReduce):
 
     name = "argmax"
     _np_fn = staticmethod(np.argmax)
+    arg_compare = ">"
 
 
 class ArgMin(_ArgReduce):
@@ -175,6 +219,7 @@ class ArgMin(_ArgReduce):
 
     name = "argmin"
     _np_fn = staticmethod(np.argmin)
+    arg_compare = "<"
 
 
 _SCAN_KINDS = ("sum", "prod", "max", "min")
@@ -200,6 +245,11 @@ class Cumulative(OpDef):
         "axis": Attr(INT, doc="the axis scanned along"),
     }
     traits = frozenset({"pure"})
+    fusion = Fusion.SCAN
+
+    @classmethod
+    def scan_spec(cls, op: Op) -> ScanSpec:
+        return ScanSpec(op.attrs["kind"], op.attrs["axis"])
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

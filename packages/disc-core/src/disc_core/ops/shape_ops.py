@@ -15,6 +15,10 @@ Traits (queried by later passes, never by op name):
   dims they cannot name, and the interpreter binds those from the actual result).
 * ``"shape"``: reads only the operand's shape, never its elements.
 
+What the native backend needs (``OpDef.fusion`` and its flags): reshape, broadcast_in_dim
+and transpose are views (their elements are the operand's, read at other indices, given by
+``index_map``).
+
 Dims in ``shape`` attributes are sizes: a static negative dim is a verify error. No ``-1``
 wildcard: bridges resolve it (to an expression or a fresh symbol) before building.
 """
@@ -28,8 +32,22 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType
+from ..index_map import DimMap, Entry, OperandMap
 from ..ir import Op, TensorType, Value
-from ..opdef import DIMS, INT, INTS, Attr, Ctx, Env, InterpretError, OpDef, Rewriter, VerifyError
+from ..opdef import (
+    DIMS,
+    INT,
+    INTS,
+    Attr,
+    Ctx,
+    Env,
+    Fusion,
+    InterpretError,
+    KernelContext,
+    OpDef,
+    Rewriter,
+    VerifyError,
+)
 from ..shape_facts import Divisible, Eq, Fact, ProductEq
 from ..symbolic import Expr, UnboundSymbolError, as_expr, gcd_divisor, product
 
@@ -205,6 +223,25 @@ class Reshape(OpDef):
     attrs = {"shape": Attr(DIMS, doc="result dims")}
     traits = frozenset({"pure", "layout"})
     summary = "row-major reshape"
+    #: a kernel's root reshape shares its operand's buffer; one that only inserts or
+    #: removes static size-1 dims is indexing inside a kernel (:func:`unit_reshape_pairs`)
+    fusion = Fusion.ALIAS
+    view = True
+
+    @classmethod
+    def fuses(cls, op: Op) -> bool:
+        return unit_reshape_pairs(op) is not None
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int
+                  ) -> OperandMap | None:
+        pairs = unit_reshape_pairs(op)
+        if pairs is None:
+            return None
+        out: list[Entry] = [None] * op.operands[0].rank  # unit dims are read at index 0
+        for rd, od in pairs:
+            out[od] = result_map[rd]
+        return tuple(out), {}
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -287,8 +324,33 @@ class BroadcastInDim(OpDef):
     operands = ("x",)
     attrs = {"shape": Attr(DIMS, doc="result dims"),
              "broadcast_dimensions": Attr(INTS, doc="result dim of each operand dim")}
+    #: "broadcast": replicates its operand; fusion sees through it (a broadcast of a
+    #: duplicable value is duplicable, of a row-level value is row-level)
     traits = frozenset({"pure", "layout", "broadcast"})
     summary = "replicate along new and size-1 dims"
+    fusion = Fusion.INDEXING
+    view = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        """Mapped dims follow the result's; a static 1 is read at index 0; a symbolic
+        operand dim that may be 1 at run time follows the result's dim and is reported as
+        a possible implicit broadcast."""
+        v = op.operands[0]
+        out: list[Entry] = []
+        maybe: dict[int, int] = {}
+        res_shape = op.results[0].shape
+        for j, d in enumerate(op.attrs["broadcast_dimensions"]):
+            od, rd = v.shape[j], res_shape[d]
+            if od == rd:
+                out.append(result_map[d])
+            elif od.is_const and od.value == 1:
+                out.append(None)
+            else:  # symbolic operand dim: equal or 1 at run time
+                out.append(result_map[d])
+                if result_map[d] is not None:
+                    maybe[j] = result_map[d]  # type: ignore[assignment]
+        return tuple(out), maybe
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -356,8 +418,15 @@ class GetDimensionSize(OpDef):
     name = "get_dimension_size"
     operands = ("x",)
     attrs = {"dimension": Attr(INT)}
+    #: "shape": the native backend never computes or reads the operand's data
     traits = frozenset({"pure", "shape"})
     summary = "size of one dim as an i64 scalar"
+    fusion = Fusion.DUPLICABLE
+
+    @classmethod
+    def c_kernel(cls, op: Op, ctx: KernelContext) -> str:
+        """Shape arithmetic, evaluated from the kernel's symbol array."""
+        return f"(int64_t){ctx.dim(op.operands[0].shape[op.attrs['dimension']])}"
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -390,6 +459,15 @@ class Transpose(OpDef):
     attrs = {"permutation": Attr(INTS)}
     traits = frozenset({"pure", "layout"})
     summary = "permute dims"
+    fusion = Fusion.INDEXING
+    view = True
+
+    @classmethod
+    def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int) -> OperandMap:
+        out: list[Entry] = [None] * op.operands[0].rank
+        for k, p in enumerate(op.attrs["permutation"]):
+            out[p] = result_map[k]
+        return tuple(out), {}
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -422,3 +500,20 @@ class Transpose(OpDef):
             raise InterpretError(f"{cls.name}: permutation {list(perm)} does not fit an operand "
                                  f"of shape {list(x.shape)}")
         return c_array(np.transpose(x, perm))
+
+
+def unit_reshape_pairs(op: Op) -> list[tuple[int, int]] | None:
+    """(result dim, operand dim) pairs of a reshape that only inserts or removes dims of
+    static size 1 (keepdim reductions, ``x[:, None]``, squeeze), None for any other reshape.
+
+    Such a reshape moves no data: inside a kernel it is indexing (the unit dims read index
+    0), so a keepdim statistic stays in the kernel that computes it instead of splitting
+    the kernel at a zero-copy alias."""
+    def non_unit(shape: tuple) -> list[int]:
+        return [j for j, d in enumerate(shape) if not (d.is_const and d.value == 1)]
+
+    src, res = op.operands[0].shape, op.results[0].shape
+    a, b = non_unit(src), non_unit(res)
+    if len(a) != len(b) or any(src[i] != res[j] for i, j in zip(a, b)):
+        return None
+    return list(zip(b, a))

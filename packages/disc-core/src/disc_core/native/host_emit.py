@@ -1,0 +1,338 @@
+"""The host entry point of a native module (``disc_run``): binds symbols from the input
+shapes, checks dims, sizes outputs and the arena of intermediate buffers (slots reused by
+liveness), then runs the plan's steps in order, timing each when profiling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from disc_runtime.native import ABI_VERSION
+
+from ..ir import Graph, Value
+from ..symbolic import Expr, product, smax
+from .ccommon import PAR_MIN, Constants, ModuleInfo, Symbols
+from .cexpr import ctype
+from .fusion import (
+    Alias,
+    FusionPlan,
+    Kernel,
+    LibraryCall,
+    NativeUnsupported,
+    ScanCall,
+    ScatterCall,
+    step_values,
+)
+from .kernel_emit import vector_speculation
+from .library import emit_gemm, emit_scan, emit_scatter
+
+
+def _is_constant(v: Value) -> bool:
+    """A constant's value: static data of the module, never a buffer of its own."""
+    return v.producer is not None and v.producer.opdef.has_trait("constant")
+
+
+def _undefined(d: Expr, syms: Symbols) -> str | None:
+    """C condition: ``d`` divides by zero at run time (None when it cannot)."""
+    divs = d.divisions()
+    return " || ".join(f"{syms.c(f.divisor)} == 0" for f in divs) if divs else None
+
+
+def _clamped(d: Expr, syms: Symbols) -> str:
+    """C value of a dim as a size: one that divides by zero (legal only in an empty tensor,
+    checked by _division_checks) is at least 0, as in symbolic.evaluate_shape."""
+    u = _undefined(d, syms)
+    return syms.c(d) if u is None else f"(({u}) ? disc_max({syms.c(d)}, 0) : {syms.c(d)})"
+
+
+def _division_checks(graph: Graph, syms: Symbols) -> list[str]:
+    """Fail cleanly when a non-empty tensor's shape needs a division by zero.
+
+    A dim like ``floordiv(s0*s3, 2*s0)`` is meaningless when ``s0 = 0``; that is fine in an
+    empty tensor (some other dim is 0), and invalid input otherwise, reported with the dim,
+    the divisor and what was expected. Checked for every value before any work runs, so no
+    kernel ever sizes a loop or a buffer from such a dim (the rule of
+    symbolic.evaluate_shape, which the interpreter applies)."""
+    out: list[str] = []
+    seen: set[tuple] = set()
+    for n, op in enumerate(graph.ops):
+        for r in op.results:
+            shape = tuple(r.shape)
+            if shape in seen or not any(d.divisions() for d in shape):
+                continue
+            seen.add(shape)
+            undef = [_undefined(d, syms) for d in shape]
+            empty = " || ".join(f"(!({u}) && {syms.c(d)} == 0)" if u else f"{syms.c(d)} == 0"
+                                for d, u in zip(shape, undef))
+            text = ", ".join(map(str, shape))
+            for j, d in enumerate(shape):
+                for f in d.divisions():
+                    den = f.divisor
+                    out.append(
+                        f"  if ({syms.c(den)} == 0 && !({empty})) DISC_FAIL(\"op #{n} "
+                        f"({op.name}): dim {j} of the result [{text}] is {d}, which divides by "
+                        f"zero ({den} = 0) while no other dim is 0; expected {den} != 0 (a "
+                        f"division by zero is only allowed in an empty tensor)\");")
+    return out
+
+
+def _dim_checks(dims: list[tuple[int, str, str]]) -> list[str]:
+    """Every input dim that is static or an expression, checked in one loop over tables:
+    a separate test and ``snprintf`` call per dim made a graph with 50 inputs spend about
+    0.3 s of its C compile on them."""
+    if not dims:
+        return []
+    at = ", ".join(str(off) for off, _, _ in dims)
+    want = ", ".join(w for _, w, _ in dims)
+    what = ", ".join(f'"{m}"' for _, _, m in dims)
+    return [
+        "  {",
+        f"    static const int64_t at[{len(dims)}] = {{{at}}};",
+        f"    static const char *const what[{len(dims)}] = {{{what}}};",
+        f"    const int64_t want[{len(dims)}] = {{{want}}};",
+        f"    for (int c = 0; c < {len(dims)}; ++c)",
+        "      if (in_shapes[at[c]] != want[c])",
+        "        DISC_FAIL(what[c], (long long)in_shapes[at[c]], (long long)want[c]);",
+        "  }",
+    ]
+
+
+def _alias_roots(plan: FusionPlan) -> dict[int, Value]:
+    """id(reshape result) -> the value whose buffer it shares (reshapes are zero-copy)."""
+    root: dict[int, Value] = {}
+    for s in plan.steps:
+        if isinstance(s, Alias):
+            src = s.op.operands[0]
+            root[id(s.op.results[0])] = root.get(id(src), src)
+    return root
+
+
+def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
+               info: ModuleInfo) -> str:
+    roots = _alias_roots(plan)
+
+    def group(v: Value) -> Value:
+        return roots.get(id(v), v)
+
+    L: list[str] = []
+    w = L.append
+    w(f"int64_t disc_abi_version(void) {{ return {ABI_VERSION}; }}")
+    w(f"int64_t disc_num_symbols(void) {{ return {len(syms.index)}; }}")
+    w("int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in, "
+      "const disc_env *env, char *err, int64_t errlen) {")
+    w(f"  int64_t S[{max(len(syms.index), 1)}] = {{0}};")
+    w("  char *arena = NULL; (void)S;")
+    w("  const int prof = env->profile != NULL;")
+    w("  int64_t prof_t = prof ? disc_now_ns() : 0;")
+    w(f"  if (n_in != {len(graph.inputs)}) DISC_FAIL(\"expected {len(graph.inputs)} inputs\");")
+    # bind symbols and check static dims / expressions
+    bound: set[str] = set()
+    off = 0
+    checks: list[str] = []
+    dims_checked: list[tuple[int, str, str]] = []  # (in_shapes index, expected, message)
+    for i, v in enumerate(graph.inputs):
+        for j, d in enumerate(v.shape):
+            where = f"input #{i} dim {j}"
+            if d.is_symbol and d.symbol_name not in bound:
+                w(f"  S[{syms.index[d.symbol_name]}] = in_shapes[{off}];")
+                bound.add(d.symbol_name)
+            else:
+                want = syms.c(d)
+                if d.divisions():  # legal only in an empty input, where it counts as 0
+                    others = [f"in_shapes[{off - j + o}] == 0" for o in range(v.rank) if o != j]
+                    for f in d.divisions():
+                        den = f.divisor
+                        checks.append(
+                            f"  if ({syms.c(den)} == 0 && !({' || '.join(others) or '0'})) "
+                            f"DISC_FAIL(\"{where} is %lld, but {d} divides by zero ({den} = 0) "
+                            f"and the input is not empty; expected {den} != 0\", "
+                            f"(long long)in_shapes[{off}]);")
+                    want = _clamped(d, syms)
+                dims_checked.append((off, want, f"{where} is %lld, expected "
+                                     f"{str(d).replace('%', '%%')} = %lld"))
+            off += 1
+    unbound = set(syms.index) - bound
+    if unbound:
+        raise NativeUnsupported(f"symbols {sorted(unbound)} are not bound by input dims")
+    L.extend(checks)
+    L.extend(_dim_checks(dims_checked))
+    L.extend(_division_checks(graph, syms))
+    # storage names
+    storage: dict[int, str] = {}
+    for i, v in enumerate(graph.inputs):
+        storage[id(v)] = f"((char *)in_data[{i}])"
+    out_ids: dict[int, int] = {}
+    copies: list[tuple[Value, int]] = []
+    for i, v in enumerate(graph.outputs):
+        g = group(v)
+        if id(g) in storage or id(g) in out_ids or _is_constant(g):
+            copies.append((v, i))  # needs its own buffer and a copy
+            continue
+        out_ids[id(g)] = i
+    for i, v in enumerate(graph.outputs):
+        shape_name = f"oshape{i}"
+        dims = ", ".join(_clamped(d, syms) for d in v.shape) or "0"
+        w(f"  int64_t {shape_name}[{max(v.rank, 1)}] = {{{dims}}};")
+        w(f"  char *out{i} = (char *)env->alloc(env->alloc_ctx, {i}, {v.rank}, {shape_name});")
+        w(f"  if (!out{i}) DISC_FAIL(\"could not allocate output #{i}\");")
+    for gid, i in out_ids.items():
+        storage[gid] = f"out{i}"
+    # arena slots with liveness-based reuse
+    step_reads: list[list[Value]] = []
+    for s in plan.steps:
+        step_reads.append([group(v) for v in step_values(s)[0]])
+    slots: list[list[Value]] = []
+    slot_of: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for n, reads in enumerate(step_reads):
+        for v in reads:
+            last_use[id(v)] = n
+    free_after: list[tuple[int, int]] = []  # (last step, slot)
+    for n, s in enumerate(plan.steps):
+        if isinstance(s, Alias):
+            continue
+        produced = s.outputs if isinstance(s, Kernel) else s.op.results
+        taken: set[int] = set()  # a step's outputs never share a slot with each other
+        for res in produced:
+            g = group(res)
+            if id(g) in storage:
+                continue
+            reusable = [sl for last, sl in free_after if last < n and sl not in taken]
+            if reusable:
+                sl = reusable[0]
+                free_after = [(la, x) for la, x in free_after if x != sl]
+            else:
+                sl = len(slots)
+                slots.append([])
+            slots[sl].append(g)
+            slot_of[id(g)] = sl
+            taken.add(sl)
+            free_after.append((last_use.get(id(g), n), sl))
+    for sl, members in enumerate(slots):
+        size = smax(*[product(v.shape) * v.dtype.itemsize for v in members]) if members else 0
+        w(f"  const int64_t slot{sl}_bytes = (({syms.c(size)}) + 63) / 64 * 64;")
+    if slots:
+        total = " + ".join(f"slot{sl}_bytes" for sl in range(len(slots)))
+        w(f"  arena = (char *)malloc((size_t)({total}) + 64);")
+        w("  if (!arena) DISC_FAIL(\"out of memory for intermediate buffers\");")
+        acc = "arena"
+        for sl in range(len(slots)):
+            w(f"  char *slot{sl} = {acc};")
+            acc = f"slot{sl} + slot{sl}_bytes"
+        for gid, sl in slot_of.items():
+            storage[gid] = f"slot{sl}"
+
+    def ptr(v: Value) -> str:
+        g = group(v)
+        if _is_constant(g):
+            return consts.array(g)
+        return storage[id(g)]
+
+    # steps
+    w("  DISC_PROFILE(1);")
+    for s in plan.steps:
+        if isinstance(s, Alias):
+            continue
+        info.profile.append(_profile_entry(s, info.profile))
+        slot = 1 + len(info.profile)
+        if isinstance(s, LibraryCall):
+            info.needs_blas = True
+            L.extend(emit_gemm(s.op, ptr, syms))
+            info.gemm_dtypes.add(s.op.operands[0].dtype)
+        elif isinstance(s, ScatterCall):
+            L.extend(emit_scatter(s.op, ptr, syms))
+        elif isinstance(s, ScanCall):
+            L.extend(emit_scan(s.op, ptr, syms))
+        else:
+            _emit_launch(s, ptr, syms, info, w)
+        w(f"  DISC_PROFILE({slot});")
+    for v, i in copies:
+        nbytes = syms.c(product(v.shape) * v.dtype.itemsize)
+        w(f"  memcpy(out{i}, {ptr(v)}, (size_t)({nbytes}));")
+    w("  free(arena);")
+    w("  DISC_PROFILE(1);")
+    w("  if (prof) __atomic_fetch_add(&env->profile[0], 1, __ATOMIC_RELAXED);")
+    w("  return 0;")
+    w("fail:")
+    w("  free(arena);")
+    w("  return 1;")
+    w("}")
+    return "\n".join(L) + "\n"
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _profile_entry(step: object, done: list[dict]) -> dict:
+    """What one profile slot times, for the report: a name unique in the module, its kind,
+    the core ops it runs and its iteration space (a GEMM: its operand shapes)."""
+    if isinstance(step, Kernel):
+        return {"name": f"kernel{step.id}", "kind": "kernel",
+                "ops": [op.name for op in step.ops], "shape": _shape_text(tuple(step.space))}
+    kind = {LibraryCall: "library", ScatterCall: "scatter", ScanCall: "scan"}[type(step)]
+    op = step.op  # type: ignore[attr-defined]
+    name = {"library": "gemm"}.get(kind, kind)
+    n = sum(1 for e in done if e["kind"] == kind)
+    shape = (" x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])
+             if kind == "library" else _shape_text(tuple(op.results[0].shape)))
+    return {"name": f"{name}{n}", "kind": kind, "ops": [op.name], "shape": shape}
+
+
+def _emit_launch(k: Kernel, ptr: Callable[[Value], str], syms: Symbols, info: ModuleInfo,
+                 w: Callable[[str], None]) -> None:
+    """The host code that runs fused kernel ``k``: picks its version (serial or parallel,
+    contiguous or strided, vector-multiple, short or remainder rows) and counts the pick."""
+    elems = syms.c(product(k.space)) if k.space else "1"
+    args = [f"({'const ' + ctype(v.dtype)} *){ptr(v)}" for v in k.inputs]
+    args += [f"({ctype(o.dtype)} *){ptr(o)}" for o in k.outputs]
+    par = f"({elems}) >= {PAR_MIN}"
+    base = len(info.counters)
+    info.counters += [f"kernel{k.id}.serial", f"kernel{k.id}.parallel"]
+    w("  {")
+    w(f"    const int par = {par};")
+    w(f"    if (env->counters) env->counters[{base} + par] += 1;")
+    if k.speculative:
+        conds = []
+        for (op, i), maybe in k.maybe_broadcast.items():
+            v = op.operands[i]
+            for j, d in maybe.items():
+                conds.append(f"{syms.c(v.shape[j])} == {syms.c(k.space[d])}")
+                checks_ = (f"{syms.c(v.shape[j])} != 1 && {syms.c(v.shape[j])} != "
+                           f"{syms.c(k.space[d])}")
+                w(f"    if ({checks_}) DISC_FAIL(\"{op.name}: operand dim {j} is %lld, "
+                  f"expected 1 or %lld\", (long long){syms.c(v.shape[j])}, "
+                  f"(long long){syms.c(k.space[d])});")
+        info.counters += [f"kernel{k.id}.contiguous", f"kernel{k.id}.strided"]
+        w(f"    const int fast = {' && '.join(conds)};")
+        w(f"    if (env->counters) env->counters[{base + 2} + !fast] += 1;")
+    call = ", ".join(args + ["S", "par"])
+    fast = f"kernel{k.id}_fast({call});"
+    if k.kind == "column":
+        at = len(info.counters)
+        info.counters += [f"kernel{k.id}.column_parallel", f"kernel{k.id}.row_split"]
+        guard = "fast && " if k.speculative else ""
+        cols = syms.c(product(k.space[len(k.outputs[0].producer.attrs["axes"]):]))
+        w(f"    const int rows = {guard}par && (({cols}) + 255) / 256 < "
+          "omp_get_max_threads();")
+        counted = "env->counters && fast" if k.speculative else "env->counters"
+        w(f"    if ({counted}) env->counters[{at} + rows] += 1;")
+        fast = f"{{ if (rows) kernel{k.id}_fast_rows({call}); else {fast} }}"
+    if vector_speculation(k):
+        at = len(info.counters)
+        info.counters += [f"kernel{k.id}.vector_multiple", f"kernel{k.id}.vector_remainder",
+                          f"kernel{k.id}.vector_short"]
+        guard = "fast && " if k.speculative else ""
+        inner = syms.c(k.space[-1])
+        w(f"    const int vec = {guard}({inner}) % DISC_VEC_LANES == 0;")
+        w(f"    const int shortrow = {guard}!vec && ({inner}) < DISC_SHORT_ROW_MAX;")
+        counted = "env->counters && fast" if k.speculative else "env->counters"
+        w(f"    if ({counted}) env->counters[{at} + (vec ? 0 : shortrow ? 2 : 1)] += 1;")
+        fast = (f"{{ if (vec) kernel{k.id}_fast_vec({call}); "
+                f"else if (shortrow) kernel{k.id}_fast_short({call}); else {fast} }}")
+    if k.speculative:
+        w(f"    if (fast) {fast} else kernel{k.id}_strided({call});")
+    else:
+        w(f"    {fast}")
+    w("  }")
+
+

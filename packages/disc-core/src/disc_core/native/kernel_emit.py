@@ -1,0 +1,755 @@
+"""C code of one fused kernel (a :class:`~.fusion.Kernel`): its versions (serial or
+parallel, contiguous or strided, vector-multiple, short-row), each a ``_part`` function
+over a range of rows or column chunks plus the entry the host calls.
+
+Ops are emitted through their own declarations (``OpDef.c_kernel``, ``c_expr`` and the
+role flags of ``disc_core.opdef.Fusion``); this module knows schedules, not ops.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..dtypes import DType
+from ..ir import Op, Value
+from ..symbolic import Expr, product
+from .ccommon import (
+    Constants,
+    ModuleInfo,
+    Symbols,
+    combine,
+    identity,
+    scalar_constant,
+    strides,
+)
+from .cexpr import ctype, literal
+from .fusion import DATA, Aff, Kernel, NativeUnsupported, Quot, kdim
+
+
+def entry_signature(fn: str, decls: list[str]) -> str:
+    """A kernel entry as the host calls it (definitions and, across units, prototypes)."""
+    return (f"DISC_ENTRY void {fn}({', '.join(decls)}, const int64_t *restrict S, "
+            "int parallel)")
+
+
+class KernelEmitter:
+    def __init__(self, k: Kernel, syms: Symbols, consts: Constants):
+        self.k, self.syms, self.consts = k, syms, consts
+        self.n = k.rank
+        self.params: list[tuple[Value, str]] = []  # materialized inputs -> pointer names
+        for i, v in enumerate(k.inputs):
+            self.params.append((v, f"in{i}"))
+        self.pname = {id(v): name for v, name in self.params}
+        self.var: dict[int, str] = {}
+        self.scope: set[int] = set()  # inner-loop values already computed in this loop
+        self.counter = 0
+        self.rowbuf: dict[int, str] = {}  # values kept in per-thread row buffers
+        self.cached: set[int] = set()  # row-buffered values ready for later phases
+        self.segment: int | None = None  # operand of the split concatenate being computed
+        self.strided = False  # emitting the version for implicit broadcasts
+        self.vec = False  # emitting the version for vector-multiple innermost extents
+        self.prototypes: list[str] = []  # declarations of the entries emit() wrote
+
+    # names ----------------------------------------------------------------------------
+    def fn_name(self, variant: str) -> str:
+        return f"kernel{self.k.id}_{variant}"
+
+    def data_args(self) -> tuple[list[str], list[str]]:
+        """(parameter declarations, argument names) of the tensors a kernel touches."""
+        decls = [f"const {ctype(v.dtype)} *restrict {name}" for v, name in self.params]
+        decls += [f"{ctype(o.dtype)} *restrict out{j}" for j, o in enumerate(self.k.outputs)]
+        names = [name for _, name in self.params] + [f"out{j}" for j in range(len(self.k.outputs))]
+        return decls, names
+
+    def emit(self, info: ModuleInfo) -> str:
+        """Per version: a ``_part`` function doing rows (or column chunks) [lo, hi), and the
+        entry that runs it directly when the work is small or splits it across threads."""
+        variants = ["fast"] + (["fast_vec", "fast_short"] if vector_speculation(self.k)
+                               else [])
+        variants += ["fast_rows"] if self.k.kind == "column" else []
+        variants += ["strided"] if self.k.speculative else []
+        decls, names = self.data_args()
+        epilogue = self.epilogue_outputs()
+        out = []
+        for variant in variants:
+            self.strided = variant == "strided"
+            self.vec = variant == "fast_vec"
+            fn = self.fn_name(variant)
+            if variant == "fast_rows":
+                out.append(self.row_split_kernel(fn, decls, names))
+                continue
+            body, extent = self.body()
+            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else ""
+            if epilogue:
+                out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
+                continue
+            call = ", ".join(names + ["S"])
+            out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
+                       f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
+            out.append(
+                f"{entry_signature(fn, decls)} {{\n  const int64_t extent = {extent};\n"
+                f"  if (!parallel) {{ {fn}_part({call}, 0, extent); return; }}\n"
+                "  /* a few blocks per thread, handed out dynamically: a thread the OS\n"
+                "     preempts (a loaded machine, a data loader next door) delays the team\n"
+                "     by one block, not by half the kernel */\n"
+                "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();\n"
+                "  const int64_t blocks = extent < want ? extent : want;\n"
+                "  #pragma omp parallel for schedule(dynamic, 1)\n"
+                "  for (int64_t b = 0; b < blocks; ++b)\n"
+                f"    {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);\n"
+                "}\n")
+        self.prototypes = [entry_signature(self.fn_name(v), decls) + ";" for v in variants]
+        info.kernels.append({"id": self.k.id, "kind": self.k.kind, "variants": variants,
+                             "ops": [op.name for op in self.k.ops],
+                             "speculative": self.k.speculative,
+                             "column_epilogue": len(epilogue)})
+        return "\n".join(out)
+
+    def inner_extent(self) -> str:
+        """C expression of the innermost extent, as the version being emitted sees it."""
+        cols = self.dim(self.k.space[-1] if self.n else Expr.const(1))
+        return f"(({cols}) & ~(int64_t)(DISC_VEC_LANES - 1))" if self.vec else cols
+
+    def epilogue_outputs(self) -> list[tuple[int, Op]]:
+        """(output index, reduce op) of the kernel's column-sum epilogue."""
+        ops = {id(op.results[0]): op for op in self.k.column_epilogue}
+        return [(j, ops[id(o)]) for j, o in enumerate(self.k.outputs) if id(o) in ops]
+
+    def epilogue_kernel(self, fn: str, body: str, extent: str, decls: list[str],
+                        names: list[str], epilogue: list[tuple[int, Op]],
+                        attr: str = "") -> str:
+        """A row/loop kernel that also sums values over all its rows (fusion's column
+        epilogue). Each block of rows accumulates into its own partial row (``colpart``),
+        set up by the block itself; the entry adds the partials up in block order, so the
+        result does not depend on which thread ran which block."""
+        parts = [(j, f"colpart{j}", ctype(op.results[0].dtype)) for j, op in epilogue]
+        pdecls = decls + [f"{t} *restrict {name}" for _, name, t in parts]
+        cols = self.dim(self.k.space[-1])
+        init = "".join(f"  for (int64_t c = 0; c < C; ++c) {name}[c] = "
+                       f"{identity('sum', op.results[0].dtype)};\n"
+                       for (_, name, _), (_, op) in zip(parts, epilogue))
+        body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
+                            "  for (int64_t r = lo; r < hi; ++r) {", 1)
+        lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
+                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+                 f"{entry_signature(fn, decls)} {{",
+                 f"  const int64_t extent = {extent}, C = {cols};",
+                 "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
+                 "  const int64_t blocks = !parallel ? 1 : extent < want ? extent : want;",
+                 # partial rows 64 elements apart at least: blocks never share a line
+                 "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
+        # partial rows on the caller's stack when small: a malloc/free pair per call next
+        # to the arena's can make glibc trim and regrow its heap, page-faulting every call
+        for _, name, t in parts:
+            lines += [f"  const size_t {name}_bytes = (size_t)(blocks > 0 ? blocks : 1) * width"
+                      f" * sizeof({t});",
+                      f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+        call = ", ".join(names + [f"{name} + b * width" for _, name, _ in parts] + ["S"])
+        lines += ["  if (!parallel) {",
+                  f"    const int64_t b = 0; {fn}_part({call}, 0, extent);",
+                  "  } else {",
+                  "    #pragma omp parallel for schedule(dynamic, 1)",
+                  "    for (int64_t b = 0; b < blocks; ++b)",
+                  f"      {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);",
+                  "  }"]
+        for j, name, t in parts:
+            lines += ["  #pragma omp simd",
+                      "  for (int64_t c = 0; c < C; ++c) {",
+                      f"    {t} acc = 0;",
+                      f"    for (int64_t b = 0; b < blocks; ++b) acc += {name}[b * width + c];",
+                      f"    out{j}[c] = acc;",
+                      "  }",
+                      f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
+        lines.append("}\n")
+        return "\n".join(lines)
+
+    # index arithmetic -----------------------------------------------------------------
+    def dim(self, e: Expr) -> str:
+        return self.syms.c(e)
+
+    def read(self, op: Op, i: int) -> str:
+        """C expression loading operand ``i`` of ``op`` (materialized) at the current point."""
+        v = op.operands[i]
+        lit = scalar_constant(v)
+        if lit is not None:
+            return lit
+        if v.producer is not None and v.producer.opdef.has_trait("constant"):
+            base = self.consts.array(v)
+        else:
+            base = self.pname[id(v)]
+        m = self.k.reads[(op, i)]
+        maybe = self.k.maybe_broadcast.get((op, i), {})
+        return f"{base}[{self.offset(v, m, maybe)}]"
+
+    def offset(self, v: Value, m: tuple, maybe: dict[int, int]) -> str:
+        if v.rank == 0 or all(d is None for d in m):
+            return "0"
+        n = self.n
+        if self.k.kind == "column" and not (maybe and self.strided):
+            # rows = the reduced leading dims, columns = the kept dims, each flattened; in
+            # the contiguous version, dims that may be implicit broadcasts are known equal
+            a, space = self.col_axes, tuple(self.k.space)
+            shape = tuple(space[maybe[j]] if j in maybe else d for j, d in enumerate(v.shape))
+            if m == tuple(range(n)) and shape == space:
+                return "r*C + c"
+            if m == tuple(range(a, n)) and shape == space[a:]:
+                return "c"  # e.g. a bias broadcast along the reduced dims
+            if m == tuple(range(a)) and shape == space[:a]:
+                return "r"  # e.g. a per-row scale broadcast along the kept dims
+            # anything else (a broadcast of some of the dims, a slice, a pad, the strided
+            # version of a possible implicit broadcast): per-dim indices, below
+        if not maybe and self.k.kind != "column" and tuple(v.shape) == tuple(self.k.space):
+            if m == tuple(range(n)):
+                return "r*C + c"  # the common case: the value has the kernel's own layout
+        if (not maybe and self.k.kind != "column" and m == tuple(range(n - 1))
+                and tuple(v.shape) == tuple(self.k.space[:-1])):
+            return "r"
+        st = strides(v.shape)
+        terms = []
+        for j, d in enumerate(m):
+            if d is None:
+                continue
+            stride = self.dim(st[j])
+            if j in maybe and self.strided:  # dim may be 1 at run time: stride 0 then
+                stride = f"({self.dim(v.shape[j])} == 1 ? 0 : {stride})"
+            terms.append(f"{self.index(d)}*{stride}")
+        return " + ".join(terms) or "0"
+
+    def index(self, e: object) -> str:
+        """C expression of the index an entry denotes at the current loop point."""
+        if e is None:
+            return "0"
+        if e is DATA:
+            return self._data_index
+        if isinstance(e, Aff):
+            base = f"{self.dim(e.scale)}*{self.idx(e.dim)}" if e.dim is not None else "0"
+            return f"({base} + {self.dim(e.offset)})"
+        if isinstance(e, Quot):
+            return f"({self.index(e.inner)} / INT64_C({e.step}))"
+        return self.idx(e)
+
+    def idx(self, d: int) -> str:
+        if self.k.kind == "column":
+            return f"i{d}"
+        return "c" if d == self.n - 1 else f"i{d}"
+
+    # body -----------------------------------------------------------------------------
+    def body(self) -> tuple[str, str]:
+        """The ``_part`` body and the C expression of its extent (rows, or column chunks)."""
+        k = self.k
+        if k.kind == "column":
+            return self.column_body()
+        moved = transposed_innermost(k)
+        if moved is not None:
+            return self.tiled_transpose_body(*moved)
+        n = self.n
+        rows = product(k.space[:-1]) if n else Expr.const(1)
+        self.var, self.scope = {}, set()
+        reductions = k.reductions if k.kind == "row" else []
+        self.rowbuf = self._row_buffers(reductions)
+        lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
+        for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
+            t = ctype(self._value(vid).dtype)
+            lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
+        start, advance = self.row_walk()
+        lines += ["  " + s for s in start]
+        lines.append("  for (int64_t r = lo; r < hi; ++r) {")
+        done: set[int] = set()
+        self.cached: set[int] = set()  # row-buffered values ready for later phases
+        for red in reductions:
+            lines += ["    " + s for s in self.row_level(done)]
+            lines += ["    " + s for s in self.reduction_phase(red, done)]
+        lines += ["    " + s for s in self.row_level(done)]
+        full = []
+        for j, o in enumerate(k.outputs):
+            if self._inner(o):
+                full.append((j, o))
+            else:  # one value per row (a reduction or something computed from them)
+                lines.append(f"    out{j}[{self.offset(o, k.maps[o], {})}] = "
+                             f"{self.var[id(o)]};")
+        epilogue = {id(op.results[0]): op for op in k.column_epilogue}
+        for segment, lo, hi in self.inner_segments() if full else ():
+            self.scope = set()
+            self.segment = segment
+            lines.append("    #pragma omp simd")
+            lines.append(f"    for (int64_t c = {lo}; c < {hi}; ++c) {{")
+            for j, o in full:
+                red = epilogue.get(id(o))
+                if red is not None:  # a column sum: into this block's partial row
+                    body, var = self.operand_cone(red, 0, done)
+                    lines += ["      " + s for s in body]
+                    lines.append(f"      colpart{j}[c] += {var};")
+                    continue
+                body, var = self.compute_cone(o, done)
+                lines += ["      " + s for s in body]
+                lines.append(f"      out{j}[{self.offset(o, k.maps[o], {})}] = {var};")
+            lines.append("    }")
+            self.scope = set()
+        self.segment = None
+        lines += ["    " + s for s in advance]
+        lines.append("  }")
+        for name in self.rowbuf.values():
+            lines.append(f"  free({name});")
+        return "\n".join(lines) + "\n", self.dim(rows)
+
+    def tiled_transpose_body(self, v: Value, m: tuple[int, ...]) -> tuple[str, str]:
+        """A transpose that moves the innermost dim, in TRANSPOSE_TILE-square tiles.
+
+        Row by row it would read the input ``stride`` apart for every element: one cache
+        line per element, and with a power-of-two stride all of them in one cache set, so
+        every line is evicted before the next row reads its neighbour (1 ns per element
+        where a copy takes 0.1). Per tile, each input line is read whole and the tile's
+        output lines stay in L1 until filled. A unit of work (``lo``..``hi``) is one tile
+        row: a TRANSPOSE_TILE slice of the dim the input's innermost dim follows, times all
+        the other dims but the innermost."""
+        k, n, tile = self.k, self.n, TRANSPOSE_TILE
+        a = m[-1]  # the kernel dim the input's unit-stride dim follows
+        st_in, st_out = strides(v.shape), strides(k.outputs[0].shape)
+        in_stride = {m[i]: st_in[i] for i in range(n)}
+        others = [j for j in range(n - 1) if j != a]
+        lines = [f"  const int64_t A = {self.dim(k.space[a])}, B = {self.dim(k.space[-1])};",
+                 f"  const int64_t tiles = (A + {tile - 1}) / {tile};",
+                 "  for (int64_t t = lo; t < hi; ++t) {",
+                 "    int64_t rem = t / tiles, ib = 0, ob = 0;",
+                 f"    const int64_t a0 = (t % tiles) * {tile};",
+                 f"    const int64_t a1 = a0 + {tile} < A ? a0 + {tile} : A;"]
+        for j in reversed(others):
+            lines += [f"    {{ const int64_t e = {self.dim(k.space[j])}, i = rem % e; rem /= e;",
+                      f"      ib += i * ({self.dim(in_stride[j])}); "
+                      f"ob += i * ({self.dim(st_out[j])}); }}"]
+        t = ctype(v.dtype)
+        lines += [f"    const {t} *restrict src = in0 + ib;",
+                  f"    {t} *restrict dst = out0 + ob;",
+                  f"    const int64_t sa = {self.dim(st_out[a])}, "
+                  f"sb = {self.dim(in_stride[n - 1])};",
+                  f"    for (int64_t b0 = 0; b0 < B; b0 += {tile}) {{",
+                  f"      const int64_t b1 = b0 + {tile} < B ? b0 + {tile} : B;",
+                  "      for (int64_t b = b0; b < b1; ++b)",
+                  "        for (int64_t x = a0; x < a1; ++x)",
+                  "          dst[x * sa + b] = src[x + b * sb];",
+                  "    }",
+                  "  }"]
+        extent = product([k.space[j] for j in others]) if others else Expr.const(1)
+        tiles = f"((({self.dim(k.space[a])}) + {tile - 1}) / {tile})"
+        return "\n".join(lines) + "\n", f"({self.dim(extent)}) * {tiles}"
+
+    def inner_segments(self) -> list[tuple[int | None, str, str]]:
+        """(operand of the split concatenate, lo, hi) per inner loop: one loop over the
+        whole row, or one per operand of the kernel's split concatenate (fusion decided)."""
+        cat = self.k.split_concat
+        if cat is None:
+            return [(None, "0", "C")]
+        axis = cat.opdef.split_axis(cat)
+        out, start = [], cat.results[0].shape[axis] * 0
+        for i, w in enumerate(cat.operands):
+            end = start + w.shape[axis]
+            out.append((i, self.dim(start), self.dim(end)))
+            start = end
+        return out
+
+    def _value(self, vid: int) -> Value:
+        for op in self.k.ops:
+            for r in op.results:
+                if id(r) == vid:
+                    return r
+        raise KeyError(vid)
+
+    def _row_buffers(self, reductions: list[Op]) -> dict[int, str]:
+        """Reduction operands computed in the kernel and needed again by a later phase are
+        kept in a row buffer instead of being recomputed (softmax's exp, for example)."""
+        users: dict[int, int] = {}
+        for op in self.k.ops:
+            for v in op.operands:
+                users[id(v)] = users.get(id(v), 0) + 1
+        out: dict[int, str] = {}
+        members = {id(op) for op in self.k.ops}
+        for red in reductions:
+            v = red.operands[0]
+            fused = v.producer is not None and id(v.producer) in members
+            if (red.opdef.reduction_kind(red) is not None and fused and users[id(v)] > 1
+                    and not v.producer.opdef.view):
+                out[id(v)] = f"rowbuf{len(out)}"
+        return out
+
+    def row_walk(self) -> tuple[list[str], list[str]]:
+        """Lines before the row loop and lines ending each row that keep the row's per-dim
+        indices ``i<d>`` (every dim but the innermost) current.
+
+        The block's first row is split into indices once, with divisions; each row after
+        that carries like an odometer. Splitting every row afresh costs a 64-bit division
+        per symbolic dim per row, which dominated kernels with short rows: im2col's
+        patches, three channels wide, paid two divisions per three floats copied.
+        """
+        n = self.n
+        if n <= 1:
+            return [], []
+        if n == 2:
+            return ["int64_t i0 = lo;"], ["++i0;"]
+        dims = range(n - 2, 0, -1)  # innermost first
+        start = [f"const int64_t rowdim{d} = {self.dim(self.k.space[d])};" for d in dims]
+        start.append(f"int64_t {', '.join(f'i{d} = 0' for d in range(n - 1))};")
+        split = ["int64_t rem = lo;"]
+        for d in dims:
+            split.append(f"i{d} = rem % rowdim{d}; rem /= rowdim{d};")
+        split.append("i0 = rem;")
+        start.append("if (lo < hi) { " + " ".join(split) + " }  /* an empty dim: no rows */")
+        carry = "++i0;"
+        for d in reversed(dims):  # outermost carried last
+            carry = f"if (++i{d} == rowdim{d}) {{ i{d} = 0; {carry} }}"
+        return start, [carry]
+
+    def _inner(self, v: Value) -> bool:
+        """Does ``v`` vary along the kernel's innermost (column) dim?
+
+        Values that do not are computed once per row, before the inner loop, in every kernel
+        kind: an index computed from iotas (im2col's gather positions), a per-row bias. Left
+        inside, they would be recomputed per element and make the compiler vectorize the
+        index arithmetic and turn a contiguous load into a hardware gather.
+        """
+        m = self.k.maps.get(v)
+        return m is not None and (self.n - 1) in {kdim(e) for e in m}
+
+    def _row_invariant(self, op: Op, i: int) -> bool:
+        """Is operand ``i`` of ``op`` one value per row, computed in this kernel (a row-level
+        value, or a broadcast of one along the row)? Operands read from memory are not
+        known to be: a broadcast read of a per-column vector varies along the row."""
+        members = {id(o) for o in self.k.ops}
+        while True:
+            if (op, i) in self.k.reads:
+                return False
+            v = op.operands[i]
+            p = v.producer
+            if p is None or id(p) not in members:
+                return False
+            if not self._inner(v):
+                return True
+            if not p.opdef.has_trait("broadcast"):
+                return False
+            op, i = p, 0
+
+    def row_level(self, done: set[int]) -> list[str]:
+        """Emit row-level ops (constant along the row) whose operands are available."""
+        out = []
+        for op in self.k.ops:
+            r = op.results[0]
+            if id(r) in done or op.opdef.has_trait("reduction") or self._inner(r):
+                continue
+            if all(self._available(op, i, done) for i in range(len(op.operands))):
+                out.append(self.assign(op, r))
+                done.add(id(r))
+        return out
+
+    def _available(self, op: Op, i: int, done: set[int]) -> bool:
+        v = op.operands[i]
+        return op.opdef.has_trait("shape") or id(v) in done or (op, i) in self.k.reads
+
+    def reduction_phase(self, red: Op, done: set[int]) -> list[str]:
+        if red.opdef.arg_compare is not None:
+            return self.arg_phase(red, done)
+        kind = red.opdef.reduction_kind(red)
+        v = red.results[0]
+        dt = v.dtype
+        self.counter += 1
+        acc = f"acc{self.counter}"
+        out = [f"{ctype(dt)} {acc} = {identity(kind, dt)};"]
+        # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN" flag
+        # instead of a NaN-aware select, which the compiler cannot turn into a vector max
+        split_nan = kind in ("max", "min") and dt.is_float
+        if split_nan:
+            out.append(f"int {acc}_nan = 0;")
+        pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
+                  "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
+                  "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
+        if split_nan:
+            pragma += f" reduction(|:{acc}_nan)"
+        out.append("#pragma omp simd" + (f" {pragma}" if pragma else ""))
+        out.append("for (int64_t c = 0; c < C; ++c) {")
+        saved = dict(self.var)
+        self.scope = set()
+        body, x = self.operand_cone(red, 0, done)
+        out += ["  " + s for s in body]
+        buf = self.rowbuf.get(id(red.operands[0]))
+        if buf is not None and id(red.operands[0]) not in self.cached:
+            out.append(f"  {buf}[c] = {x};")
+        if split_nan:
+            cmp = ">" if kind == "max" else "<"
+            out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : {acc}; "
+                       f"{acc}_nan |= t != t; }}")
+        else:
+            out.append("  " + combine(kind, dt, acc, x))
+        out.append("}")
+        if split_nan:
+            out.append(f"if ({acc}_nan) {acc} = NAN;")
+        if buf is not None:
+            self.cached.add(id(red.operands[0]))
+        self.var = saved
+        self.scope = set()
+        self.counter += 1
+        name = f"r{self.counter}"
+        out.append(f"const {ctype(dt)} {name} = {acc};")
+        self.var[id(v)] = name
+        done.add(id(v))
+        return out
+
+    def arg_phase(self, red: Op, done: set[int]) -> list[str]:
+        """argmax/argmin: first occurrence wins; NaN beats everything (first NaN wins)."""
+        x = red.operands[0]
+        t = ctype(x.dtype)
+        self.counter += 1
+        best, at = f"best{self.counter}", f"at{self.counter}"
+        cmp = red.opdef.arg_compare
+        out = [f"{t} {best} = 0; int64_t {at} = -1;", "for (int64_t c = 0; c < C; ++c) {"]
+        saved = dict(self.var)
+        self.scope = set()
+        body, val = self.operand_cone(red, 0, done)
+        out += ["  " + s for s in body]
+        nan = (f" || (t != t && {best} == {best})" if x.dtype.is_float else "")
+        out.append(f"  {{ const {t} t = {val}; if ({at} < 0 || t {cmp} {best}{nan}) "
+                   f"{{ {best} = t; {at} = c; }} }}")
+        out.append("}")
+        self.var = saved
+        self.scope = set()
+        v = red.results[0]
+        self.counter += 1
+        name = f"r{self.counter}"
+        out.append(f"const {ctype(v.dtype)} {name} = ({ctype(v.dtype)})({at} < 0 ? 0 : {at});")
+        self.var[id(v)] = name
+        done.add(id(v))
+        return out
+
+    def operand_cone(self, op: Op, i: int, done: set[int]) -> tuple[list[str], str]:
+        if (op, i) in self.k.reads:
+            return [], self.read(op, i)
+        return self.compute_cone(op.operands[i], done)
+
+    def compute_cone(self, v: Value, done: set[int]) -> tuple[list[str], str]:
+        """Statements computing ``v`` inside the column loop (row-level values reused)."""
+        if id(v) in self.cached:
+            return [], f"{self.rowbuf[id(v)]}[c]"
+        if id(v) in self.var and (id(v) in done or id(v) in self.scope
+                                  or not self._inner(v)):
+            return [], self.var[id(v)]
+        lines: list[str] = []
+        needed = self._cone(v, done)
+        for op in needed:
+            lines.append(self.assign(op, op.results[0]))
+        return lines, self.var[id(v)]
+
+    def _cone(self, v: Value, done: set[int]) -> list[Op]:
+        members = {id(op) for op in self.k.ops}
+        out: list[Op] = []
+        seen: set[int] = set()
+
+        def visit(val: Value) -> None:
+            p = val.producer
+            if (p is None or id(p) not in members or id(val) in done or id(val) in self.scope
+                    or id(p) in seen or id(val) in self.cached):
+                return
+            seen.add(id(p))
+            for j, w in enumerate(() if p.opdef.has_trait("shape") else p.operands):
+                if p is self.k.split_concat and j != self.segment:
+                    continue  # another inner loop computes that operand
+                if (p, j) not in self.k.reads:
+                    visit(w)
+            out.append(p)
+
+        visit(v)
+        return out
+
+    def operand_value(self, op: Op, i: int) -> str:
+        if (op, i) in self.k.reads:
+            return self.read(op, i)
+        v = op.operands[i]
+        if id(v) in self.cached:
+            return f"{self.rowbuf[id(v)]}[c]"
+        return self.var[id(v)]
+
+    def assign(self, op: Op, r: Value) -> str:
+        """``const T v<n> = <op's C expression>;`` for result ``r`` of ``op``."""
+        if op is self.k.split_concat:  # this inner loop covers one operand's range only
+            expr = self.operand_value(op, self.segment)
+        elif (op.opdef.reciprocal_divisor and r.dtype.is_float and self._inner(r)
+                and self._row_invariant(op, 1)):
+            # x / s with s constant along the row (softmax's sum, a norm's scale):
+            # multiply by 1/s, which the C compiler computes once per row. A vector
+            # divide costs several multiplies; the result differs by at most an ulp.
+            args = [self.operand_value(op, i) for i in range(len(op.operands))]
+            expr = f"(({args[0]}) * ((({ctype(r.dtype)})1) / ({args[1]})))"
+        else:
+            text = op.opdef.c_kernel(op, _OpContext(self, op))
+            if text is None:
+                raise NativeUnsupported(f"{op.name} on {op.operands[0].dtype.short} has no "
+                                        "C form")
+            expr = text
+        self.counter += 1
+        name = f"v{self.counter}"
+        self.var[id(r)] = name
+        self.scope.add(id(r))
+        return f"const {ctype(r.dtype)} {name} = {expr};"
+
+    # column reductions ----------------------------------------------------------------
+    def column_body(self, split_rows: bool = False) -> tuple[str, str]:
+        """The column schedule: a ``_part`` over column chunks [lo, hi) of 256 columns,
+        each summing all rows. ``split_rows``: the row-split schedule's ``_part`` instead,
+        over rows [lo, hi) and every column chunk, into the block's partial row ``part<j>``.
+        """
+        k = self.k
+        reds = [o.producer for o in k.outputs]
+        a = self.col_axes = len(reds[0].opdef.red_axes(reds[0]))  # type: ignore
+        rows = product(k.space[:a])
+        cols = product(k.space[a:])
+        self.var, self.scope = {}, set()
+        init, body, store = [], [], []
+        for j, red in enumerate(reds):
+            kind = red.opdef.reduction_kind(red)  # type: ignore[union-attr]
+            dt = red.results[0].dtype  # type: ignore[union-attr]
+            init += [f"    {ctype(dt)} acc{j}[256];",
+                     f"    for (int64_t c = c0; c < c1; ++c) acc{j}[c - c0] = "
+                     f"{identity(kind, dt)};"]
+            cone, x = self.operand_cone(red, 0, set())  # type: ignore[arg-type]
+            body += cone + [combine(kind, dt, f"acc{j}[c - c0]", x)]
+            dest = f"part{j}" if split_rows else f"out{j}"
+            store.append(f"    for (int64_t c = c0; c < c1; ++c) {dest}[c] = acc{j}[c - c0];")
+        used = {int(d) for d in re.findall(r"\bi(\d+)\b", "\n".join(body))}
+        chunks, row_range = (("  for (int64_t c0 = 0; c0 < C; c0 += 256) {", "r = lo; r < hi")
+                             if split_rows else
+                             ("  for (int64_t c0 = lo * 256; c0 < hi * 256 && c0 < C; c0 += 256) {",
+                              "r = 0; r < R"))
+        lines = [
+            f"  const int64_t R = {self.dim(rows)}; (void)R;",
+            f"  const int64_t C = {self.dim(cols)};",
+            chunks,
+            "    const int64_t c1 = c0 + 256 < C ? c0 + 256 : C;",
+            *init,
+            f"    for (int64_t {row_range}; ++r) {{",
+            *["      " + s for s in self._decompose("r", range(a), used)],
+            "      #pragma omp simd",
+            "      for (int64_t c = c0; c < c1; ++c) {",
+            *["        " + s for s in self._decompose("c", range(a, self.n), used)],
+            *["        " + s for s in body],
+            "      }",
+            "    }",
+            *store,
+            "  }",
+        ]
+        if split_rows:
+            return "\n".join(lines) + "\n", self.dim(rows)
+        return "\n".join(lines) + "\n", f"(({self.dim(cols)}) + 255) / 256"
+
+    def row_split_kernel(self, fn: str, decls: list[str], names: list[str]) -> str:
+        """The row-split schedule of a column reduction (for few column chunks and many
+        rows, where the column schedule would leave threads idle): blocks of rows reduce
+        into partial rows, 64 elements apart, on the stack when small; the entry combines
+        them in block order, so the result does not depend on which thread ran which
+        block."""
+        body, extent = self.column_body(split_rows=True)
+        reds = [o.producer for o in self.k.outputs]
+        parts = [(j, f"part{j}", ctype(r.results[0].dtype), r.opdef.reduction_kind(r))  # type: ignore
+                 for j, r in enumerate(reds)]
+        pdecls = decls + [f"{t} *restrict {name}" for _, name, t, _ in parts]
+        cols = self.dim(product(self.k.space[self.col_axes:]))
+        lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
+                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+                 f"{entry_signature(fn, decls)} {{",
+                 "  (void)parallel;  /* chosen only for parallel work */",
+                 f"  const int64_t R = {extent}, C = {cols};",
+                 "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
+                 "  const int64_t blocks = R < 1 ? 1 : R < want ? R : want;",
+                 "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
+        for _, name, t, _ in parts:
+            lines += [f"  const size_t {name}_bytes = (size_t)blocks * width * sizeof({t});",
+                      f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+        call = ", ".join(names + [f"{name} + b * width" for _, name, _, _ in parts] + ["S"])
+        lines += ["  #pragma omp parallel for schedule(dynamic, 1)",
+                  "  for (int64_t b = 0; b < blocks; ++b)",
+                  f"    {fn}_part({call}, R * b / blocks, R * (b + 1) / blocks);"]
+        for j, name, t, kind in parts:
+            dt = reds[j].results[0].dtype  # type: ignore[union-attr]
+            lines += ["  for (int64_t c = 0; c < C; ++c) {",
+                      f"    {t} acc = {name}[c];",
+                      "    for (int64_t b = 1; b < blocks; ++b)",
+                      "      " + combine(kind, dt, "acc", f"{name}[b * width + c]"),
+                      f"    out{j}[c] = acc;",
+                      "  }",
+                      f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
+        lines.append("}\n")
+        return "\n".join(lines)
+
+    def _decompose(self, flat: str, dims: range, used: set[int]) -> list[str]:
+        """Per-dim indices ``i<d>`` of a column kernel's flattened row or column index, for
+        the reads and index computations that need them (most need none: reads in the
+        kernel's own layout use ``r`` and ``c`` directly)."""
+        if not used & set(dims):
+            return []
+        if len(dims) == 1:
+            return [f"const int64_t i{dims[0]} = {flat};"]
+        out = [f"int64_t rem_{flat} = {flat};"]
+        for d in reversed(dims[1:]):
+            size = self.dim(self.k.space[d])
+            out.append(f"const int64_t i{d} = rem_{flat} % {size}; rem_{flat} /= {size};")
+        out.append(f"const int64_t i{dims[0]} = rem_{flat};")
+        return out
+
+
+def vector_speculation(k: Kernel) -> bool:
+    """Does kernel ``k`` get a version for innermost extents that are a multiple of the
+    vector width? Row and loop kernels whose innermost extent is symbolic (a static one the
+    compiler already sees), with one inner loop over it (not split at concatenate
+    boundaries, which need not be multiples); not tiled transposes, which have no row loop."""
+    return (k.kind in ("row", "loop") and k.rank >= 1 and k.split_concat is None
+            and not k.space[-1].is_const and transposed_innermost(k) is None)
+
+
+#: side of the square tiles of a transpose that moves the innermost dim (16 floats: one
+#: cache line of input per tile column)
+TRANSPOSE_TILE = 16
+
+
+def transposed_innermost(k: Kernel) -> tuple[Value, tuple[int, ...]] | None:
+    """(input, dim map) when loop kernel ``k`` only transposes a materialized input and its
+    innermost dim comes from another input dim (so a row reads the input strided): such a
+    kernel is emitted in tiles (``tiled_transpose_body``). None for anything else."""
+    if (k.kind != "loop" or k.speculative or k.column_epilogue or k.split_concat is not None
+            or len(k.ops) != 1 or not k.ops[0].opdef.view or len(k.outputs) != 1
+            or k.rank < 2):
+        return None
+    op, out = k.ops[0], k.outputs[0]
+    v = op.operands[0]
+    m = k.reads.get((op, 0))
+    if (out is not op.results[0] or len(k.inputs) != 1 or k.inputs[0] is not v or m is None
+            or any(type(d) is not int for d in m) or sorted(m) != list(range(k.rank))
+            or tuple(k.maps.get(out, ())) != tuple(range(k.rank))
+            or tuple(out.shape) != tuple(k.space) or m[-1] == k.rank - 1):
+        return None
+    return v, tuple(m)
+
+
+
+
+class _OpContext:
+    """The :class:`~disc_core.opdef.KernelContext` an op's ``c_kernel`` sees: the emitter,
+    at its current loop point, for one op."""
+
+    def __init__(self, emitter: KernelEmitter, op: Op):
+        self.e, self.op = emitter, op
+
+    def operand(self, i: int) -> str:
+        return self.e.operand_value(self.op, i)
+
+    def read_at(self, i: int, index: str) -> str:
+        self.e._data_index = index
+        return self.e.read(self.op, i)
+
+    def index(self, dim: int) -> str:
+        return self.e.index(self.e.k.maps[self.op.results[0]][dim])
+
+    def dim(self, e: Expr) -> str:
+        return self.e.dim(e)
+
+    def ctype(self, dt: DType) -> str:
+        return ctype(dt)
+
+    def literal(self, value: float | int | bool, dt: DType) -> str:
+        return literal(value, dt)
