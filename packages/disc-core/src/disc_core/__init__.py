@@ -3,7 +3,9 @@
 A closed primitive IR with symbolic dims (``ir``, ``opdef``, ``ops``), the shape-constraint
 analysis, passes, the text form, the reference interpreter, clustering shared by every
 bridge, the native engine (``native``), the coverage report (``report``), and the compiler
-front door (``jit``/``Compiler``) that produces disc-runtime executables.
+front door (``jit``/``Compiler``) that produces disc-runtime executables, through the
+named compile stages of ``pipeline`` (``compile_text(text, stop_after=...)`` runs them
+one at a time for inspection).
 
 Names are imported on first use (PEP 562): the bridges import ``disc_core.frameworks`` and
 ``disc_core.report`` at import time, and that should not cost numpy, the op registry and
@@ -23,7 +25,8 @@ _EXPORTS = {
     "TensorType": "ir", "Value": "ir", "InterpretError": "opdef", "OpDef": "opdef",
     "VerifyError": "opdef", "get_op": "opdef", "registry": "opdef", "ParseError": "parser",
     "parse_graph": "parser", "ShapeConstraints": "shape_constraints", "Expr": "symbolic",
-    "as_expr": "symbolic", "parse_expr": "symbolic",
+    "as_expr": "symbolic", "parse_expr": "symbolic", "STAGES": "pipeline",
+    "StageResult": "pipeline", "compile_text": "pipeline",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

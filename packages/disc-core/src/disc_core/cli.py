@@ -3,6 +3,8 @@
     disc report FILE.json [--html OUT] [--md [OUT]]   summary (and HTML / Markdown)
     disc report merge A.json B.json ... [-o OUT]       join runs or workers into one report
     disc cache info|clear [--dir DIR]                  the compile cache
+    disc compile FILE [--stop-after STAGE] [--out DIR] compile a graph's text form, printing
+                                                       one stage's output
     disc run ARTIFACT ...                              same as disc-run
     disc --version                                     DISC packages and frameworks seen
 
@@ -46,7 +48,9 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="DISC: coverage reports, compile cache, artifacts.")
+    p = _Parser(prog=PROG, description="DISC: coverage reports, compile cache, artifacts.",
+                epilog=f"{PROG} compile FILE [--stop-after STAGE]: compile a graph's text form "
+                f"and print one stage's output (see {PROG} compile --help)")
     p.add_argument("--version", action="store_true",
                    help="list installed DISC packages and the framework versions they see")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -66,6 +70,28 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run a compiled artifact (same as disc-run; see disc run -h)",
                    add_help=False)
     return p
+
+
+def _compile_parser() -> argparse.ArgumentParser:
+    """``disc compile``: parsed on its own, like ``disc report merge``, so that the main
+    parser's command list (and its error messages) stay report, cache and run."""
+    from .stages import STAGES
+
+    comp = _Parser(prog=f"{PROG} compile",
+                   description="Run the compile stages (" + " -> ".join(STAGES)
+                   + ") on a graph in text form and print the last one's output.")
+    comp.add_argument("file", metavar="FILE", help="a graph in DISC's text form ('-': stdin)")
+    comp.add_argument("--stop-after", choices=STAGES, default=STAGES[-1], metavar="STAGE",
+                      help=f"the stage to stop after and print: {', '.join(STAGES)} "
+                      "(default: package)")
+    comp.add_argument("--target", choices=("auto", "native", "reference"), default="auto",
+                      help="native C code, the reference interpreter, or auto (default)")
+    comp.add_argument("--no-optimize", action="store_true",
+                      help="skip the graph passes of the optimize stage")
+    comp.add_argument("--out", metavar="DIR",
+                      help="where build puts module.so and package the artifact "
+                      "(default: a new temporary directory)")
+    return comp
 
 
 def _merge_parser() -> argparse.ArgumentParser:
@@ -213,6 +239,33 @@ def _versions() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _compile(args: argparse.Namespace) -> None:
+    from .parser import ParseError
+    from .pipeline import compile_text
+
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except FileNotFoundError:
+        raise UserError(f"{args.file}: no such file") from None
+    except OSError as exc:
+        raise UserError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    try:
+        result = compile_text(text, stop_after=args.stop_after, target=args.target,
+                              optimize=not args.no_optimize, directory=args.out)
+    except ParseError as exc:
+        raise UserError(f"{args.file}: {exc}") from None
+    except RuntimeError as exc:  # target='native' without a C compiler
+        raise UserError(str(exc)) from None
+    if args.stop_after == "lower":  # which backend rewrites applied, beside the graph
+        for name, st in result.lower_passes.items():
+            print(f"{PROG}: lower: {name}: {'changed the graph' if st.changes else 'no change'}"
+                  f" ({st.seconds * 1e3:.1f} ms)", file=sys.stderr)
+    text = result.text
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
 def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["run"]:
         from disc_runtime.cli import main as run_main
@@ -221,11 +274,16 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         _report(argv[1:])
         return 0
+    if argv[:1] == ["compile"]:
+        _compile(_compile_parser().parse_args(argv[1:]))
+        return 0
     args = _parser().parse_args(argv)
     if args.version:
         sys.stdout.write(_versions())
     elif args.command == "cache":
         _cache(args)
+    elif args.command == "compile":
+        _compile(args)
     else:
         raise UserError(f"a command is required: report, cache or run (see {PROG} --help)")
     return 0
@@ -248,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return 0
     except Exception as exc:
-        if os.environ.get("DISC_DEBUG"):
+        from disc_runtime.options import RUNTIME_OPTIONS
+
+        if RUNTIME_OPTIONS.value("debug"):
             traceback.print_exc()
         print(f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)} "
               "(set DISC_DEBUG=1 for a traceback)", file=sys.stderr)

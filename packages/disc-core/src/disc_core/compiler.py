@@ -8,8 +8,6 @@ executable up on every call (a dict hit after the first) and counts compilations
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,51 +21,21 @@ from disc_runtime import (
     Artifact,
     CompileCache,
     Executable,
-    Signature,
-    TensorSpec,
     as_numpy,
-    cache_key,
     default_cache,
 )
-from disc_runtime import __version__ as runtime_version
-from disc_runtime.native import ABI_VERSION as NATIVE_ABI_VERSION
 
 from . import engine
-from ._version import __version__
-from .ir import Graph, TensorType
-from .native.build import NATIVE_ENGINE, build_native, native_target
-from .native.fusion import NativeUnsupported
+from .fingerprint import compiler_fingerprint, source_fingerprint
+from .ir import Graph
+from .native.build import native_target
 from .parser import parse_graph
-from .passes import default_pipeline
+from .pipeline import compile_graph, key_for, signature_of
+
+__all__ = ["CompileStats", "Compiler", "JitFunction", "compiler_fingerprint", "jit",
+           "signature_of", "source_fingerprint"]
 
 engine.register()
-
-
-def source_fingerprint(root: Path) -> str:
-    """A hash of every Python file under ``root`` (names and contents)."""
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=1)
-def compiler_fingerprint() -> str:
-    """A hash of disc-core's own source: part of every cache key, so a changed compiler
-    (an upgrade, or a development checkout) never loads artifacts an older one built."""
-    return source_fingerprint(Path(__file__).parent)
-
-
-def _spec(name: str, t: TensorType) -> TensorSpec:
-    dims = tuple(d.value if d.is_const else str(d) for d in t.shape)
-    return TensorSpec(name=name, dtype=t.dtype.np_name, dims=dims)
-
-
-def signature_of(graph: Graph) -> Signature:
-    ins = [_spec(v.name or f"arg{i}", v.type) for i, v in enumerate(graph.inputs)]
-    outs = [_spec(f"output_{i}", v.type) for i, v in enumerate(graph.outputs)]
-    return Signature(inputs=tuple(ins), outputs=tuple(outs))
 
 
 @dataclass
@@ -111,16 +79,7 @@ class Compiler:
         self._lock = threading.Lock()
 
     def key(self, graph_text: str, input_types: Sequence[tuple[str, int]]) -> str:
-        return cache_key({
-            "graph": hashlib.sha256(graph_text.encode()).hexdigest(),
-            "inputs": [list(t) for t in input_types],
-            "disc-core": __version__,
-            "compiler": compiler_fingerprint(),
-            "disc-runtime": runtime_version,
-            "target": self.target,
-            "abi": NATIVE_ABI_VERSION,  # a module built for another engine ABI never loads
-            "optimize": self.optimize,
-        })
+        return key_for(graph_text, input_types, target=self.target, optimize=self.optimize)
 
     def compile(self, graph: Graph) -> Executable:
         """The executable for ``graph`` (one compilation per distinct graph and target)."""
@@ -170,28 +129,15 @@ class Compiler:
 
     def _build(self, text: str, key: str, path: Path, source: Graph | None,
                compiling: Callable[[], None] | None) -> Artifact:
+        """Every stage (``disc_core.pipeline``), packaged at ``path``."""
         # a private copy: passes mutate
         graph = source.clone() if source is not None else parse_graph(text)
         graph.verify()
-        if self.optimize:
-            default_pipeline().run(graph)
-        files = {engine.GRAPH_FILE: str(graph).encode()}
-        metadata: dict[str, Any] = {"source_graph": text}
-        engine_name = engine.ENGINE_NAME
-        if self.target != "reference":
-            try:
-                native = build_native(graph, compiling=compiling)
-            except NativeUnsupported as exc:
-                # the graph still runs, on the interpreter; the reason is kept for reports
-                metadata["native_fallback"] = str(exc)
-            else:
-                files.update(native.files)
-                metadata["native"] = native.metadata
-                engine_name = NATIVE_ENGINE
-        return Artifact.write(
-            path, name=graph.name, engine=engine_name, target=self.target,
-            signature=signature_of(graph), files=files, key=key,
-            producer={"disc-core": __version__}, metadata=metadata)
+        result = compile_graph(graph, source_text=text, target=self.target,
+                               optimize_graph=self.optimize, key=key, artifact_path=path,
+                               compiling=compiling)
+        assert result.artifact is not None
+        return result.artifact
 
 
 class JitFunction:

@@ -1,9 +1,16 @@
-"""Bridge options: one frozen dataclass per bridge, resolved the same way everywhere.
+"""disc-core's option table, the option fields every bridge shares, and how a bridge's
+config dataclass is resolved from them.
 
-Precedence (lowest to highest): the dataclass defaults, ``DISC_*`` environment variables
+Precedence (lowest to highest): the declared defaults, ``DISC_*`` environment variables
 (so a deployed script can be tuned without editing it), and keyword options from code. An
-environment value is parsed by the type of the field's default: bool, int, a set of names
-(comma-separated), or text.
+environment value is parsed by its option's parser (:class:`disc_runtime.options.Option`);
+:func:`resolve_options`, the older form, parses by the type of the field's default: bool,
+int, a set of names (comma-separated), or text.
+
+The tables here and in ``disc_runtime.options`` and the bridges' ``config`` modules are the
+complete list of DISC's settings: ``docs/configuration.md`` is generated from them
+(:func:`configuration_markdown`), and a test fails when code reads a ``DISC_*`` variable
+that no table declares.
 """
 
 from __future__ import annotations
@@ -13,16 +20,97 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-__all__ = ["resolve_options", "split_names"]
+from disc_runtime.options import (
+    Option,
+    OptionTable,
+    parse_bool,
+    parse_int,
+    parse_names,
+    split_names,
+)
+
+__all__ = ["BRIDGE_OPTIONS", "CORE_OPTIONS", "bridge_table", "resolve_config",
+           "resolve_options", "split_names"]
 
 T = TypeVar("T")
 
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
+CORE_OPTIONS = OptionTable("disc-core", (
+    Option("cc", "DISC_CC", None,
+           "The C compiler the native engine builds modules with; unset: `$CC`, else the "
+           "first of cc, gcc, clang on `PATH` (none: the reference interpreter, warned once).",
+           env_only=True),
+    Option("compile_units", "DISC_COMPILE_UNITS", None,
+           "Most translation units a large module is split into and compiled in parallel; "
+           "`1` turns splitting off. Unset: the usable CPUs less the C compilers this "
+           "process runs, less one when the caller goes on working.",
+           parse=parse_int, env_only=True),
+    Option("report", "DISC_REPORT", None,
+           "Write the coverage report of every bridge in this process as JSON to this path "
+           "at exit (`{pid}` expands to the process id). A bridge's `report_path` option "
+           "sets the same.", env_only=True),
+), doc="Read by the compiler whatever bridge is used.")
 
-def split_names(text: str) -> list[str]:
-    """``"a, b,,c"`` -> ``["a", "b", "c"]`` (excluded-op lists in options and env vars)."""
-    return [s.strip() for s in text.split(",") if s.strip()]
+#: The option fields the bridges share: each bridge's config table takes the ones it offers
+#: (:func:`bridge_table`), with the same variable, default and parsing.
+BRIDGE_OPTIONS = OptionTable("bridges (shared fields)", (
+    Option("min_cluster_size", "DISC_MIN_CLUSTER_SIZE", 2,
+           "Clusters with fewer framework ops stay in the framework (a compiled call costs "
+           "a few microseconds; one or two cheap ops are not worth it).", parse=parse_int),
+    Option("excluded_ops", "DISC_EXCLUDE_OPS", frozenset(),
+           "Framework op names never compiled (comma-separated in the variable).",
+           parse=parse_names),
+    Option("report_path", "DISC_REPORT", None,
+           "Write the coverage report as JSON here at exit (`{pid}` expands)."),
+    Option("accuracy_check", "DISC_ACCURACY_CHECK", False,
+           "Run every compiled cluster's first calls in the framework too and compare; a "
+           "mismatch falls the cluster back with a warning and a report entry.",
+           parse=parse_bool),
+    Option("target", "DISC_TARGET", "auto",
+           "`auto` (native code when a C compiler exists), `native` or `reference` (the "
+           "interpreter)."),
+    Option("profile", "DISC_PROFILE", False,
+           "Time every kernel and library call of every compiled cluster; the coverage "
+           "report lists them per cluster, hottest first.", parse=parse_bool),
+), doc="Fields every bridge's config takes from this one declaration (each bridge lists "
+       "which it offers below).")
+
+
+def bridge_table(layer: str, shared: tuple[str, ...], own: tuple[Option, ...] = (),
+                 doc: str = "") -> OptionTable:
+    """A bridge's table: the ``shared`` fields of :data:`BRIDGE_OPTIONS` it offers, then
+    its ``own`` options."""
+    missing = set(shared) - {o.name for o in BRIDGE_OPTIONS}
+    if missing:
+        raise KeyError(f"{layer}: no shared bridge option(s) {sorted(missing)}")
+    return BRIDGE_OPTIONS.extend(layer, own, doc, only=shared)
+
+
+def resolve_config(cls: type[T], table: OptionTable, options: Mapping[str, Any] | None,
+                   environ: Mapping[str, str] | None, package: str) -> T:
+    """An instance of the dataclass ``cls``: its defaults, then each option of ``table``
+    that is a field of ``cls`` and whose variable is set (not empty) in ``environ``
+    (default ``os.environ``), parsed by the option, then ``options``; an unknown option is
+    a TypeError naming ``package``'s options."""
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for option in table:
+        if option.name in fields:
+            found, value = option.from_env(environ)
+            if found:
+                values[option.name] = value
+    return _with_options(cls, values, options, fields, package)
+
+
+def _with_options(cls: type[T], values: dict[str, Any], options: Mapping[str, Any] | None,
+                  fields: set[str], package: str) -> T:
+    for name, value in (options or {}).items():
+        if name not in fields:
+            raise TypeError(f"unknown {package} option {name!r}; options are "
+                            f"{', '.join(sorted(fields))}")
+        values[name] = value
+    return cls(**values)
 
 
 def resolve_options(cls: type[T], options: Mapping[str, Any] | None,
@@ -38,12 +126,7 @@ def resolve_options(cls: type[T], options: Mapping[str, Any] | None,
         raw = environ.get(var)
         if raw:
             values[name] = _parse(fields[name], var, raw)
-    for name, value in (options or {}).items():
-        if name not in fields:
-            raise TypeError(f"unknown {package} option {name!r}; options are "
-                            f"{', '.join(sorted(fields))}")
-        values[name] = value
-    return cls(**values)
+    return _with_options(cls, values, options, set(fields), package)
 
 
 def _parse(f: dataclasses.Field, var: str, raw: str) -> Any:
@@ -60,3 +143,11 @@ def _parse(f: dataclasses.Field, var: str, raw: str) -> Any:
     if isinstance(default, frozenset):
         return frozenset(split_names(raw))
     return raw
+
+
+def configuration_markdown(*bridge_tables: OptionTable) -> str:
+    """The generated part of docs/configuration.md: the runtime's, disc-core's and the
+    shared bridge tables, then ``bridge_tables`` (each bridge's own)."""
+    from disc_runtime.options import RUNTIME_OPTIONS, markdown
+
+    return markdown([RUNTIME_OPTIONS, CORE_OPTIONS, BRIDGE_OPTIONS, *bridge_tables])

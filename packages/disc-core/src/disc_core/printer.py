@@ -13,9 +13,12 @@ Attributes equal to their declared default are omitted; the parser fills them ba
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from .ir import Graph, Op, SymbolInfo, Value
 from .opdef import REQUIRED
+
+if TYPE_CHECKING:
+    from .ir import Graph, Op, SymbolInfo, Value
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from .ir import Graph, Value
+from typing import TYPE_CHECKING
+
 from .opdef import DIM, DIMS, VerifyError
+
+if TYPE_CHECKING:
+    from .ir import Graph
 
 
 def _attr_symbols(op) -> set[str]:
@@ -60,5 +64,7 @@ def verify_graph(graph: Graph) -> None:
                 raise VerifyError(f"{label}: a result does not point back to its op")
             defined.add(id(r))
     for i, v in enumerate(graph.outputs):
-        if not isinstance(v, Value) or id(v) not in defined:
+        # ``defined`` holds the ids of this graph's live values: anything else, a value of
+        # another graph or not a value at all, is missing from it
+        if id(v) not in defined:
             raise VerifyError(f"{where}: output #{i} is not defined in the graph")

@@ -45,6 +45,7 @@ from .errors import (
     CorruptArtifactError,
     DiscRuntimeError,
 )
+from .options import RUNTIME_OPTIONS
 
 __all__ = [
     "CACHE_LAYOUT_VERSION",
@@ -69,7 +70,7 @@ def default_cache_dir() -> Path:
 
     This is the base directory; the cache itself lives in its ``v1`` subfolder.
     """
-    env = os.environ.get("DISC_CACHE_DIR")
+    env = RUNTIME_OPTIONS.value("cache_dir")
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")

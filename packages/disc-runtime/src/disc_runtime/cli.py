@@ -11,7 +11,6 @@ Expected failures (missing or corrupt artifact, bad inputs, missing engine) prin
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ import numpy as np
 from ._version import __version__
 from .errors import DiscRuntimeError, InputError
 from .executable import Executable
+from .options import RUNTIME_OPTIONS
 
 __all__ = ["main"]
 
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        if os.environ.get("DISC_DEBUG"):
+        if RUNTIME_OPTIONS.value("debug"):
             traceback.print_exc()
         print(
             f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)} "

@@ -26,6 +26,7 @@ from .arrays import as_numpy
 from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
+from .options import RUNTIME_OPTIONS
 
 ABI_VERSION = 5
 MODULE_FILE = "native/module.so"
@@ -316,7 +317,7 @@ def blas_functions() -> BlasFunctions:
     library was chosen and why.
     """
     _choice.clear()
-    override = os.environ.get("DISC_BLAS_LIB")
+    override = RUNTIME_OPTIONS.value("blas_lib")
     if override:
         found = _load_blas(override)
         if found is not None:
@@ -327,7 +328,7 @@ def blas_functions() -> BlasFunctions:
     preferred = _first_blas_path(_preferred)
     if preferred is not None:
         challenger = _first_blas_path(fallback)
-        if (challenger is None or os.environ.get("DISC_BLAS_TUNE", "1") == "0"
+        if (challenger is None or not RUNTIME_OPTIONS.value("blas_tune")
                 or os.path.realpath(challenger[0]) == os.path.realpath(preferred[0])):
             return _record(*preferred, "preferred by the bridge")
         path, fns = challenger

@@ -10,20 +10,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disc_core.options import resolve_options, split_names
+from disc_core.options import bridge_table, resolve_config, split_names
+from disc_runtime.options import Option
 
-__all__ = ["DiscConfig", "ENV_VARS"]
-
-#: option name -> environment variable that overrides its default
-ENV_VARS = {
-    "min_cluster_size": "DISC_MIN_CLUSTER_SIZE",
-    "excluded_ops": "DISC_EXCLUDE_OPS",
-    "report_path": "DISC_REPORT",
-    "target": "DISC_TARGET",
-    "execution": "DISC_TF_EXECUTION",
-}
+__all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
 
 EXECUTIONS = ("auto", "custom_op", "numpy_function")
+
+#: every disc-tf option: the shared bridge fields it offers, then its own (the DiscConfig
+#: fields below take their defaults from here; docs/configuration.md lists them)
+OPTIONS = bridge_table("disc-tf", shared=(
+    "min_cluster_size", "excluded_ops", "report_path", "target",
+), own=(
+    Option("execution", "DISC_TF_EXECUTION", "auto",
+           "How a cluster runs inside TensorFlow: `custom_op` (the DiscLaunch kernel), "
+           "`numpy_function` (a `tf.numpy_function` calling the runtime), or `auto` (the "
+           "custom op when it builds and the target is native)."),
+    Option("override_xla", None, True,
+           "Functions declared `jit_compile=True` go through DISC instead of XLA while "
+           "enabled."),
+    Option("cxx", "DISC_CXX", None,
+           "The C++ compiler that builds the DiscLaunch custom op (it must exist: a named "
+           "compiler is never replaced); unset: `$CXX`, else c++, g++, clang++.",
+           env_only=True),
+), doc="`disc_tf.enable(**options)` / `disc_tf.function(fn, **options)`.")
+
+#: option name -> environment variable that overrides its default
+ENV_VARS = {name: var for name, var in OPTIONS.env_vars().items()
+            if not OPTIONS[name].env_only}
+_D = {o.name: o.default for o in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -44,12 +59,12 @@ class DiscConfig:
             when a model supports XLA) go through DISC instead of XLA while enabled.
     """
 
-    min_cluster_size: int = 2
-    excluded_ops: frozenset[str] = field(default_factory=frozenset)
-    report_path: str | None = None
-    target: str = "auto"
-    execution: str = "auto"
-    override_xla: bool = True
+    min_cluster_size: int = _D["min_cluster_size"]
+    excluded_ops: frozenset[str] = field(default_factory=lambda: _D["excluded_ops"])
+    report_path: str | None = _D["report_path"]
+    target: str = _D["target"]
+    execution: str = _D["execution"]
+    override_xla: bool = _D["override_xla"]
 
     def __post_init__(self) -> None:
         ops = self.excluded_ops
@@ -68,4 +83,4 @@ class DiscConfig:
     def resolve(cls, options: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] | None = None) -> DiscConfig:
         """Defaults, then environment overrides, then ``options``."""
-        return resolve_options(cls, options, environ, ENV_VARS, "disc-tf")
+        return resolve_config(cls, OPTIONS, options, environ, "disc-tf")

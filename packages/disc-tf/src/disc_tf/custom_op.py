@@ -106,7 +106,9 @@ def library_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 def _compiler() -> str:
     """``DISC_CXX`` when set (it must exist: a named compiler is never silently replaced),
     else ``CXX``, ``c++``, ``g++``, ``clang++``."""
-    chosen = os.environ.get("DISC_CXX")
+    from .config import OPTIONS  # the one table of disc-tf's settings
+
+    chosen = OPTIONS.value("cxx")
     if chosen:
         if shutil.which(chosen):
             return shutil.which(chosen)  # type: ignore[return-value]

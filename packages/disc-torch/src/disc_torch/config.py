@@ -12,20 +12,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disc_core.options import resolve_options, split_names
+from disc_core.options import bridge_table, resolve_config, split_names
+from disc_runtime.options import Option, parse_bool
 
-__all__ = ["DiscConfig", "ENV_VARS"]
+__all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
+
+#: every disc-torch option: the shared bridge fields it offers, then its own (the
+#: DiscConfig fields below take their defaults from here; docs/configuration.md lists them)
+OPTIONS = bridge_table("disc-torch", shared=(
+    "min_cluster_size", "excluded_ops", "report_path", "accuracy_check", "target", "profile",
+), own=(
+    Option("rtol", None, 1e-4, "Relative tolerance of the accuracy check."),
+    Option("atol", None, 1e-5, "Absolute tolerance of the accuracy check."),
+    Option("dynamic", None, True,
+           "Ask dynamo for dynamic shapes (one graph per rank, not per shape)."),
+    Option("specialize_floats", None, True,
+           "`optimize` traces Python floats as constants (halves tracing time; a float "
+           "argument that changes every call would recompile)."),
+    Option("cache_graphs", "DISC_CACHE_GRAPHS", True,
+           "`optimize` keeps what it traced in the compile cache's directory, so a new "
+           "process with the same model and code starts without tracing.",
+           parse=parse_bool),
+), doc="`disc_torch.optimize(model, **options)` / `torch.compile(model, backend=\"disc\", "
+       "options={...})`.")
 
 #: option name -> environment variable that overrides it
-ENV_VARS = {
-    "min_cluster_size": "DISC_MIN_CLUSTER_SIZE",
-    "excluded_ops": "DISC_EXCLUDE_OPS",
-    "report_path": "DISC_REPORT",
-    "accuracy_check": "DISC_ACCURACY_CHECK",
-    "target": "DISC_TARGET",
-    "profile": "DISC_PROFILE",
-    "cache_graphs": "DISC_CACHE_GRAPHS",
-}
+ENV_VARS = OPTIONS.env_vars()
+_D = {o.name: o.default for o in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -57,17 +70,17 @@ class DiscConfig:
             backend="disc")`` does not get this cache.
     """
 
-    min_cluster_size: int = 2
-    excluded_ops: frozenset[str] = field(default_factory=frozenset)
-    report_path: str | None = None
-    accuracy_check: bool = False
-    rtol: float = 1e-4
-    atol: float = 1e-5
-    target: str = "auto"
-    dynamic: bool = True
-    specialize_floats: bool = True
-    profile: bool = False
-    cache_graphs: bool = True
+    min_cluster_size: int = _D["min_cluster_size"]
+    excluded_ops: frozenset[str] = field(default_factory=lambda: _D["excluded_ops"])
+    report_path: str | None = _D["report_path"]
+    accuracy_check: bool = _D["accuracy_check"]
+    rtol: float = _D["rtol"]
+    atol: float = _D["atol"]
+    target: str = _D["target"]
+    dynamic: bool = _D["dynamic"]
+    specialize_floats: bool = _D["specialize_floats"]
+    profile: bool = _D["profile"]
+    cache_graphs: bool = _D["cache_graphs"]
 
     def __post_init__(self) -> None:
         if isinstance(self.excluded_ops, str):
@@ -83,7 +96,7 @@ class DiscConfig:
     def resolve(cls, options: Mapping[str, Any] | None = None,
                 environ: Mapping[str, str] | None = None) -> DiscConfig:
         """Defaults, then environment overrides, then ``options``."""
-        return resolve_options(cls, options, environ, ENV_VARS, "disc-torch")
+        return resolve_config(cls, OPTIONS, options, environ, "disc-torch")
 
     def excludes(self, op_name: str) -> bool:
         """``op_name`` like ``aten.mm.default``; a packet name (``aten.mm``) excludes all."""

@@ -1,8 +1,15 @@
-"""Build the native module of a graph: plan fusion, emit C, compile, package the files."""
+"""Build the native module of a graph: lower, plan fusion, emit C, compile.
+
+The native half of the compile stages (``disc_core.pipeline``), one function each so that
+each can be run and inspected alone: :func:`lower_native` (the ``lower`` stage),
+``plan_fusion`` (``fuse``), :func:`emit_native` (``emit``), :func:`compile_native`
+(``build``); :func:`build_native` runs all four and returns the files and metadata an
+artifact stores.
+"""
 
 from __future__ import annotations
 
-import os
+import os  # noqa: F401  (tests patch os.sched_getaffinity through this module)
 import tempfile
 import time
 import warnings
@@ -14,14 +21,10 @@ from typing import Any
 from disc_runtime.native import ABI_VERSION, MODULE_FILE
 
 from ..ir import Graph
-from .emit import emit_module
-from .fusion import NativeUnsupported, plan_fusion
-from .lower import (
-    canonicalize_dots,
-    lower_convolutions,
-    split_input_dilation,
-    split_reductions,
-)
+from ..options import CORE_OPTIONS
+from .emit import ModuleInfo, emit_module
+from .fusion import FusionPlan, NativeUnsupported, plan_fusion
+from .lower import backend_lowering
 from .toolchain import (
     CompilerNotFound,
     find_toolchain,
@@ -37,6 +40,16 @@ _warned = False
 class NativeBuild:
     files: dict[str, bytes]
     metadata: dict[str, Any]
+
+
+@dataclass
+class CompiledModule:
+    """What the ``build`` stage made: the shared object at ``path`` and how it was built."""
+
+    path: Path
+    cc_seconds: float
+    compiler: str
+    vector_report: str = ""
 
 
 def native_target() -> str:
@@ -83,18 +96,25 @@ def fusion_count(native: Mapping[str, Any] | None) -> int | None:
                if sum(op not in _NO_WORK for op in k.get("ops", ())) >= 2)
 
 
-def build_native(graph: Graph, *, vector_report: bool = False,
-                 compiling: Callable[[], None] | None = None) -> NativeBuild:
-    """Lower, fuse, emit and compile ``graph``; ``compiling`` is called when the C
-    compiler starts (see ``Compiler.compile_traced``)."""
-    t0 = time.perf_counter()
-    split_input_dilation(graph)
-    lower_convolutions(graph)
-    split_reductions(graph)
-    canonicalize_dots(graph)
-    plan = plan_fusion(graph)
-    units = compile_units(caller_busy=compiling is not None)
-    info = emit_module(graph, plan, max_units=units)
+def lower_native(graph: Graph) -> Graph:
+    """The ``lower`` stage: the backend rewrites (``native.lower``), in place."""
+    backend_lowering().run(graph)
+    return graph
+
+
+def emit_native(graph: Graph, plan: FusionPlan, *, caller_busy: bool = False) -> ModuleInfo:
+    """The ``emit`` stage: the C source of ``plan``, split into as many translation units
+    as :func:`compile_units` allows."""
+    return emit_module(graph, plan, max_units=compile_units(caller_busy=caller_busy))
+
+
+def compile_native(info: ModuleInfo, directory: Path, *, vector_report: bool = False,
+                   compiling: Callable[[], None] | None = None) -> CompiledModule:
+    """The ``build`` stage: compile ``info``'s sources into ``directory/module.so``.
+
+    A module that calls GEMMs needs an ILP64 BLAS at load time: without one the graph
+    cannot run natively, said here (NativeUnsupported) before the C compiler spends
+    seconds on it. ``compiling`` is called when the C compiler starts."""
     if info.needs_blas:
         from disc_runtime.native import find_blas
 
@@ -103,23 +123,44 @@ def build_native(graph: Graph, *, vector_report: bool = False,
     tc = find_toolchain()
     if compiling is not None:
         compiling()
-    with tempfile.TemporaryDirectory(prefix="disc-build-") as tmp:
-        so = Path(tmp) / "module.so"
-        cc_seconds, report = tc.compile(info.sources, so, vector_report=vector_report)
-        data = so.read_bytes()
+    so = Path(directory) / "module.so"
+    cc_seconds, report = tc.compile(info.sources, so, vector_report=vector_report)
+    return CompiledModule(so, cc_seconds, tc.version, report)
+
+
+def native_build(info: ModuleInfo, plan: FusionPlan, module: CompiledModule, data: bytes,
+                 seconds: float, *, vector_report: bool = False) -> NativeBuild:
+    """The files and metadata an artifact keeps of a native module (``data``: the bytes of
+    ``module.path``; ``seconds``: lowering to linking)."""
     meta = {
         "abi": ABI_VERSION, "counters": info.counters, "kernels": info.kernels,
         "profile": info.profile,
         "units": len(info.sources),
         "fusion": plan.summary(), "needs_blas": info.needs_blas,
-        "cc_seconds": round(cc_seconds, 4), "build_seconds": round(time.perf_counter() - t0, 4),
-        "compiler": tc.version,
+        "cc_seconds": round(module.cc_seconds, 4), "build_seconds": round(seconds, 4),
+        "compiler": module.compiler,
     }
     if vector_report:
-        meta["vector_report"] = report
+        meta["vector_report"] = module.vector_report
     sources = {f"native/module{'.' + str(i) if i else ''}.c": text.encode()
                for i, text in enumerate(info.sources)}
     return NativeBuild({MODULE_FILE: data, **sources}, meta)
+
+
+def build_native(graph: Graph, *, vector_report: bool = False,
+                 compiling: Callable[[], None] | None = None) -> NativeBuild:
+    """Lower, fuse, emit and compile ``graph``; ``compiling`` is called when the C
+    compiler starts (see ``Compiler.compile_traced``)."""
+    t0 = time.perf_counter()
+    lower_native(graph)
+    plan = plan_fusion(graph)
+    info = emit_native(graph, plan, caller_busy=compiling is not None)
+    with tempfile.TemporaryDirectory(prefix="disc-build-") as tmp:
+        module = compile_native(info, Path(tmp), vector_report=vector_report,
+                                compiling=compiling)
+        data = module.path.read_bytes()
+    return native_build(info, plan, module, data, time.perf_counter() - t0,
+                        vector_report=vector_report)
 
 
 def compile_units(caller_busy: bool = False) -> int:
@@ -128,7 +169,7 @@ def compile_units(caller_busy: bool = False) -> int:
     caller goes on working while this module compiles (a bridge tracing its next graph:
     splitting there measured slower, the units and the caller's thread fighting over two
     cores). ``DISC_COMPILE_UNITS`` overrides; 1 turns splitting off."""
-    env = os.environ.get("DISC_COMPILE_UNITS")
-    if env:
-        return max(1, int(env))
+    env = CORE_OPTIONS.value("compile_units")
+    if env is not None:
+        return max(1, env)
     return max(1, usable_cpus() - running_compilers() - int(caller_busy))

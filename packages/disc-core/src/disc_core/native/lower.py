@@ -1,4 +1,13 @@
-"""Lowering before fusion: rewrite ops into the forms the native schedules cover."""
+"""Backend lowering before fusion: rewrite ops into the forms the native schedules cover.
+
+Each rewrite is a named pass (:class:`SplitInputDilation`, :class:`LowerConvolutions`,
+:class:`SplitReductions`, :class:`CanonicalizeDots`), and :func:`backend_lowering` is the
+pass manager the ``lower`` compile stage runs (``disc_core.pipeline``): each pass once, in
+that order (a convolution's phase split makes more convolutions, their im2col lowering makes
+the GEMMs and reductions the last two put into BLAS and schedule form), so a pass-level dump
+(``PassManager.stats``, ``disc compile --stop-after lower``) names what ran. The functions of
+the same names (``split_reductions(graph)`` ...) run one pass alone.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +17,66 @@ import numpy as np
 
 from ..ir import Graph, Op, Value
 from ..opdef import Rewriter
+from ..passes.base import Pass
 from ..passes.dce import DCE
+from ..passes.manager import PassManager
 from ..passes.rewrite import rewrite_ops
 from ..symbolic import Expr, floordiv, product
 
+__all__ = ["CanonicalizeDots", "LowerConvolutions", "SplitInputDilation", "SplitReductions",
+           "backend_lowering", "canonicalize_dots", "lower_convolutions",
+           "split_input_dilation", "split_reductions"]
 
-def split_reductions(graph: Graph) -> None:
+
+class SplitInputDilation(Pass):
+    """A convolution with ``lhs_dilation`` > 1 -> one convolution per output phase."""
+
+    name = "split-input-dilation"
+
+    def run(self, graph: Graph) -> bool:
+        return split_input_dilation(graph)
+
+
+class LowerConvolutions(Pass):
+    """convolution -> im2col (one gather) + one GEMM per group."""
+
+    name = "lower-convolutions"
+
+    def run(self, graph: Graph) -> bool:
+        return lower_convolutions(graph)
+
+
+class SplitReductions(Pass):
+    """A reduction over several axes -> a chain of single-axis ones."""
+
+    name = "split-reductions"
+
+    def run(self, graph: Graph) -> bool:
+        return split_reductions(graph)
+
+
+class CanonicalizeDots(Pass):
+    """Transposes feeding dot_general fold into GEMM flags; other operands go to a BLAS
+    layout."""
+
+    name = "canonicalize-dots"
+
+    def run(self, graph: Graph) -> bool:
+        return canonicalize_dots(graph)
+
+
+def backend_lowering() -> PassManager:
+    """The ``lower`` stage: the native backend's rewrites, each once and in this order.
+
+    One iteration and no verification between passes, as these rewrites always ran: they
+    are not a fixpoint system (each consumes what the previous one produced), and the
+    fusion planner checks the forms it needs.
+    """
+    return PassManager([SplitInputDilation(), LowerConvolutions(), SplitReductions(),
+                        CanonicalizeDots()], max_iterations=1, verify_each=False)
+
+
+def split_reductions(graph: Graph) -> bool:
     """reduce over several axes -> a chain of single-axis reductions (innermost first).
 
     Kept as is: single-axis reductions (row schedule) and reductions over a strict prefix of
@@ -28,10 +91,10 @@ def split_reductions(graph: Graph) -> None:
             cur = rw.op("reduce", cur, kind=op.attrs["kind"], axes=[a])
         return cur
 
-    rewrite_ops(graph, split)
+    return rewrite_ops(graph, split)
 
 
-def canonicalize_dots(graph: Graph) -> None:
+def canonicalize_dots(graph: Graph) -> bool:
     """Transpose dot_general operands into a layout BLAS takes directly.
 
     lhs becomes [batch..., free..., contract...] and rhs [batch..., contract..., free...]
@@ -64,8 +127,8 @@ def canonicalize_dots(graph: Graph) -> None:
                      lhs_contract=list(range(nb + len(lfree), nb + len(lfree) + nc)),
                      rhs_contract=list(range(nb, nb + nc)))
 
-    rewrite_ops(graph, to_blas_layout)
-    DCE().run(graph)  # transposes that only fed dots are gone
+    changed = rewrite_ops(graph, to_blas_layout)
+    return DCE().run(graph) or changed  # transposes that only fed dots are gone
 
 
 def _fold_operand_transposes(op: Op) -> Op | None:
@@ -98,7 +161,7 @@ def _fold_operand_transposes(op: Op) -> Op | None:
     return Op(op.opdef, operands, a, [r.type for r in op.results])
 
 
-def lower_convolutions(graph: Graph) -> None:
+def lower_convolutions(graph: Graph) -> bool:
     """convolution -> im2col (one gather) + one GEMM per group.
 
     The input goes to [N, spatial..., C] (padding first: low/high zeros and, for
@@ -211,10 +274,10 @@ def lower_convolutions(graph: Graph) -> None:
                                     f"{res.type}")
         return y
 
-    rewrite_ops(graph, lower)
+    return rewrite_ops(graph, lower)
 
 
-def split_input_dilation(graph: Graph) -> None:
+def split_input_dilation(graph: Graph) -> bool:
     """convolution with ``lhs_dilation`` s > 1 -> one convolution per output phase.
 
     Such a convolution (the input gradient of a strided convolution, every transposed
@@ -305,4 +368,4 @@ def split_input_dilation(graph: Graph) -> None:
         return emit("slice", y, start=[0] * res.rank, limit=list(res.shape),
                     stride=[1] * res.rank)
 
-    rewrite_ops(graph, split)
+    return rewrite_ops(graph, split)

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..options import CORE_OPTIONS
+
 # -fno-math-errno and -fno-trapping-math let math calls and float/int conversions vectorize;
 # DISC never reads errno or floating-point exception flags. NaN/infinity semantics are kept
 # (no -ffast-math).
@@ -190,7 +192,7 @@ def _cpu_flags() -> str:
 @functools.lru_cache(maxsize=4)
 def find_toolchain(cc: str | None = None) -> Toolchain:
     """The compiler from DISC_CC or CC, else cc/gcc/clang on PATH."""
-    for cand in [cc, os.environ.get("DISC_CC"), os.environ.get("CC"), "cc", "gcc", "clang"]:
+    for cand in [cc, CORE_OPTIONS.value("cc"), os.environ.get("CC"), "cc", "gcc", "clang"]:
         if not cand:
             continue
         path = shutil.which(cand)

@@ -4,7 +4,8 @@ from .canonicalize import Canonicalize
 from .cse import CSE
 from .dce import DCE
 from .fold import ConstantFold
-from .manager import Pass, PassManager, default_pipeline
+from .manager import Pass, PassManager
+from .pipelines import default_pipeline
 from .propagate import ShapePropagation
 from .reshapes import MoveReshapes
 

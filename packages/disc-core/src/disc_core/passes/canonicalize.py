@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir import Graph, Op, Value
 from ..opdef import Rewriter, registry
 from .algebraic import RULES, Rule, swap_operands_rules
-from .manager import Pass
+from .base import Pass
 from .rewrite import rewrite_ops
 
 

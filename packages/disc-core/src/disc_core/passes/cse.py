@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import Graph, Op, Value
-from .manager import Pass
+from .base import Pass
 
 
 def _key(op: Op, canon: dict[int, Value]) -> tuple[Any, ...]:

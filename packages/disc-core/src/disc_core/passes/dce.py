@@ -6,7 +6,7 @@ Every op of the closed set is free of side effects, so liveness is the only crit
 from __future__ import annotations
 
 from ..ir import Graph
-from .manager import Pass
+from .base import Pass
 
 
 class DCE(Pass):

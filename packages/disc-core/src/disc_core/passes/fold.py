@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ir import Graph, Op
 from ..opdef import Env, InterpretError, get_op
-from .manager import Pass
+from .base import Pass
 
 MAX_FOLDED_ELEMENTS = 1 << 14
 

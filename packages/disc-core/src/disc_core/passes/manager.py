@@ -7,15 +7,9 @@ from dataclasses import dataclass, field
 
 from ..ir import Graph
 from ..opdef import VerifyError
+from .base import Pass
 
-
-class Pass:
-    """A graph transformation. ``run`` mutates the graph and says whether it changed it."""
-
-    name = "pass"
-
-    def run(self, graph: Graph) -> bool:
-        raise NotImplementedError
+__all__ = ["Pass", "PassManager", "PassStats"]
 
 
 @dataclass
@@ -58,15 +52,3 @@ class PassManager:
             if not changed_any:
                 break
         return graph
-
-
-def default_pipeline(**kwargs: object) -> PassManager:
-    from .canonicalize import Canonicalize
-    from .cse import CSE
-    from .dce import DCE
-    from .fold import ConstantFold
-    from .propagate import ShapePropagation
-    from .reshapes import MoveReshapes
-
-    return PassManager([ShapePropagation(), Canonicalize(), MoveReshapes(), ConstantFold(),
-                        CSE(), DCE()], **kwargs)  # type: ignore[arg-type]

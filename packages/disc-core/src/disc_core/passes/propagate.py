@@ -14,7 +14,7 @@ from typing import Any
 from ..ir import Graph
 from ..opdef import DIM, DIMS
 from ..shape_constraints import ShapeConstraints
-from .manager import Pass
+from .base import Pass
 
 
 def input_symbols(graph: Graph) -> set[str]:

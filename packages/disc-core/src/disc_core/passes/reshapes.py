@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..ir import Graph, Op, Value
 from ..opdef import Rewriter
 from ..symbolic import product
-from .manager import Pass
+from .base import Pass
 from .rewrite import rewrite_ops
 
 

@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from ..options import CORE_OPTIONS
 from .files import write_report
 from .model import ClusterRecord, GraphReport, KernelTime, ReasonCode, Report, RunInfo
 
@@ -223,7 +224,7 @@ class Collector:
             self.write()
 
 
-_collector = Collector(os.environ.get(ENV_VAR) or None)
+_collector = Collector(CORE_OPTIONS.value("report"))
 
 
 def get_collector() -> Collector:

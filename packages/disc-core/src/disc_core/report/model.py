@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._fields import Fields, ReportFormatError
+from .codes import CLUSTER_FAILURES, ReasonCode, Status
 
 if TYPE_CHECKING:
     from .summary import Summary
@@ -58,54 +59,6 @@ SCHEMA_VERSION = 1
 
 class SchemaVersionError(ReportFormatError):
     """The file is a DISC report of a schema version this disc-core cannot read."""
-
-
-class Status(str, enum.Enum):
-    """Where a node ran."""
-
-    COMPILED = "compiled"
-    FALLBACK = "fallback"
-
-
-class ReasonCode(str, enum.Enum):
-    """Why a node fell back to the framework: a closed list, so reports can be aggregated.
-
-    Values are stable snake_case strings (they are the JSON form); adding a member is a
-    schema change (see docs/report-schema.md), renaming one never happens.
-    """
-
-    NO_CONVERTER = "no_converter"
-    UNSUPPORTED_DTYPE = "unsupported_dtype"
-    UNSUPPORTED_ATTRIBUTE = "unsupported_attribute"
-    DYNAMIC_RANK = "dynamic_rank"
-    DATA_DEPENDENT_SHAPE = "data_dependent_shape"
-    WOULD_CREATE_CYCLE = "would_create_cycle"
-    CLUSTER_TOO_SMALL = "cluster_too_small"
-    EXCLUDED_BY_USER = "excluded_by_user"
-    COMPILE_ERROR = "compile_error"
-    RUNTIME_ERROR = "runtime_error"
-
-    @property
-    def label(self) -> str:
-        """Short human wording, as renderers show it."""
-        return _LABELS[self]
-
-
-_LABELS = {
-    ReasonCode.NO_CONVERTER: "no converter",
-    ReasonCode.UNSUPPORTED_DTYPE: "unsupported dtype",
-    ReasonCode.UNSUPPORTED_ATTRIBUTE: "unsupported attribute value",
-    ReasonCode.DYNAMIC_RANK: "dynamic rank",
-    ReasonCode.DATA_DEPENDENT_SHAPE: "data-dependent shape",
-    ReasonCode.WOULD_CREATE_CYCLE: "would create a cycle",
-    ReasonCode.CLUSTER_TOO_SMALL: "cluster below min size",
-    ReasonCode.EXCLUDED_BY_USER: "excluded by user",
-    ReasonCode.COMPILE_ERROR: "compile error",
-    ReasonCode.RUNTIME_ERROR: "runtime error",
-}
-
-#: Reasons that mean "was clustered, then the compiled cluster failed".
-CLUSTER_FAILURES = frozenset({ReasonCode.COMPILE_ERROR, ReasonCode.RUNTIME_ERROR})
 
 
 def _put(out: dict[str, Any], key: str, value: Any) -> None:

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .model import GraphReport, KernelTime, ReasonCode, Status
+from .codes import ReasonCode, Status
+
+if TYPE_CHECKING:
+    from .model import GraphReport, KernelTime
 
 __all__ = [
     "KERNEL_ROWS",

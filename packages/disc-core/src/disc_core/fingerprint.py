@@ -1,0 +1,29 @@
+"""The compiler fingerprint in every cache key: a hash of disc-core's own source.
+
+Its own module because both the compile stages (``pipeline``, which computes cache keys)
+and the ``Compiler`` (which hashes it once on the caller's thread) need it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+__all__ = ["compiler_fingerprint", "source_fingerprint"]
+
+
+def source_fingerprint(root: Path) -> str:
+    """A hash of every Python file under ``root`` (names and contents)."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of disc-core's own source: part of every cache key, so a changed compiler
+    (an upgrade, or a development checkout) never loads artifacts an older one built."""
+    return source_fingerprint(Path(__file__).parent)

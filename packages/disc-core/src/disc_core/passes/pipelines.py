@@ -1,0 +1,24 @@
+"""The pass pipelines the compile stages run, built from the passes by name.
+
+Kept apart from the pass manager: the passes import the ``Pass`` interface, and a manager
+that also imported every pass to build a pipeline made the two import each other.
+"""
+
+from __future__ import annotations
+
+from .canonicalize import Canonicalize
+from .cse import CSE
+from .dce import DCE
+from .fold import ConstantFold
+from .manager import PassManager
+from .propagate import ShapePropagation
+from .reshapes import MoveReshapes
+
+__all__ = ["default_pipeline"]
+
+
+def default_pipeline(**kwargs: object) -> PassManager:
+    """The ``optimize`` stage's passes, run to a fixpoint: shape propagation,
+    canonicalization, reshape moving, constant folding, CSE, DCE."""
+    return PassManager([ShapePropagation(), Canonicalize(), MoveReshapes(), ConstantFold(),
+                        CSE(), DCE()], **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,60 @@
+"""Where a node ran and why it fell back: the closed vocabularies of the coverage report.
+
+Their own module because both the report model and its summaries use them, and the model's
+``summary()`` calls into the summary module: with the codes in ``model``, the two imported
+each other.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["CLUSTER_FAILURES", "ReasonCode", "Status"]
+
+
+class Status(str, enum.Enum):
+    """Where a node ran."""
+
+    COMPILED = "compiled"
+    FALLBACK = "fallback"
+
+
+class ReasonCode(str, enum.Enum):
+    """Why a node fell back to the framework: a closed list, so reports can be aggregated.
+
+    Values are stable snake_case strings (they are the JSON form); adding a member is a
+    schema change (see docs/report-schema.md), renaming one never happens.
+    """
+
+    NO_CONVERTER = "no_converter"
+    UNSUPPORTED_DTYPE = "unsupported_dtype"
+    UNSUPPORTED_ATTRIBUTE = "unsupported_attribute"
+    DYNAMIC_RANK = "dynamic_rank"
+    DATA_DEPENDENT_SHAPE = "data_dependent_shape"
+    WOULD_CREATE_CYCLE = "would_create_cycle"
+    CLUSTER_TOO_SMALL = "cluster_too_small"
+    EXCLUDED_BY_USER = "excluded_by_user"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+
+    @property
+    def label(self) -> str:
+        """Short human wording, as renderers show it."""
+        return _LABELS[self]
+
+
+_LABELS = {
+    ReasonCode.NO_CONVERTER: "no converter",
+    ReasonCode.UNSUPPORTED_DTYPE: "unsupported dtype",
+    ReasonCode.UNSUPPORTED_ATTRIBUTE: "unsupported attribute value",
+    ReasonCode.DYNAMIC_RANK: "dynamic rank",
+    ReasonCode.DATA_DEPENDENT_SHAPE: "data-dependent shape",
+    ReasonCode.WOULD_CREATE_CYCLE: "would create a cycle",
+    ReasonCode.CLUSTER_TOO_SMALL: "cluster below min size",
+    ReasonCode.EXCLUDED_BY_USER: "excluded by user",
+    ReasonCode.COMPILE_ERROR: "compile error",
+    ReasonCode.RUNTIME_ERROR: "runtime error",
+}
+
+#: Reasons that mean "was clustered, then the compiled cluster failed".
+CLUSTER_FAILURES = frozenset({ReasonCode.COMPILE_ERROR, ReasonCode.RUNTIME_ERROR})
