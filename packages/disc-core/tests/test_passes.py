@@ -40,6 +40,35 @@ def test_cse_merges_identical_and_commuted_ops() -> None:
     assert g.outputs[0] is g.outputs[1]
 
 
+@pytest.fixture
+def impure_op():
+    """An op with an effect (it lacks the trait "pure"), registered for one test."""
+    from disc_core import opdef
+    from disc_core.ops.elementwise import Elementwise
+
+    class Effect(Elementwise):
+        name = "test_effect"
+        operands = ("x",)
+        traits = frozenset({"elementwise"})
+        fn = staticmethod(lambda x: x)
+
+    yield Effect
+    opdef._REGISTRY.pop(Effect.name, None)
+
+
+def test_dce_and_cse_keep_ops_with_effects(impure_op) -> None:
+    b = GraphBuilder("g")
+    x = b.input("x", "f32", ["B"])
+    b.op("test_effect", x)  # unused, but it has an effect
+    b.exp(x)  # unused and pure
+    twice = [b.op("test_effect", x), b.op("test_effect", x)]
+    g = b.build(b.add(*twice))
+    DCE().run(g)
+    assert names(g) == ["test_effect", "test_effect", "test_effect", "add"]
+    assert not CSE().run(g)
+    assert names(g) == ["test_effect", "test_effect", "test_effect", "add"]
+
+
 def test_constant_folding_respects_size_limit() -> None:
     b = GraphBuilder("g")
     small = b.mul(b.constant(np.arange(4, dtype=np.int32)), b.constant(np.ones(4, np.int32)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .opdef import REQUIRED
+from .attrs import REQUIRED
 
 if TYPE_CHECKING:
     from .ir import Graph, Op, SymbolInfo, Value

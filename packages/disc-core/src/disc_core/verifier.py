@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .opdef import DIM, DIMS, VerifyError
+from .attrs import DIM, DIMS, VerifyError
 
 if TYPE_CHECKING:
     from .ir import Graph

@@ -131,7 +131,7 @@ class TestReshape:
         assert get_op("reshape").canonicalize(op, Rewriter()) is None
 
     def test_traits(self):
-        assert get_op("reshape").has_trait("pure") and get_op("reshape").has_trait("layout")
+        assert get_op("reshape").has_trait("pure")
 
 
 # -- broadcast_in_dim --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 from disc_runtime.native import ABI_VERSION, MODULE_FILE
 
 from ..ir import Graph
+from ..opdef import Fusion, get_op
 from ..options import CORE_OPTIONS
 from .emit import ModuleInfo, emit_module
 from .fusion import FusionPlan, NativeUnsupported, plan_fusion
@@ -81,9 +82,13 @@ def launch_counts(native: Mapping[str, Any] | None) -> tuple[int, int] | None:
     return kernels, steps.get("librarycall", 0)
 
 
-#: ops that only name a value or index one inside a kernel (no pass of their own): a kernel
-#: of one op plus these fuses nothing
-_NO_WORK = frozenset({"constant", "iota", "get_dimension_size", "broadcast_in_dim", "reshape"})
+def _no_work(name: str) -> bool:
+    """Ops that only name a value or index one inside a kernel (no pass of their own): a
+    kernel of one op plus these fuses nothing. Read from the op's declared role: values
+    recomputed where read (constants, iotas, dim sizes), zero-copy aliases (reshape) and
+    broadcasts."""
+    opdef = get_op(name)
+    return opdef.fusion in (Fusion.DUPLICABLE, Fusion.ALIAS) or opdef.has_trait("broadcast")
 
 
 def fusion_count(native: Mapping[str, Any] | None) -> int | None:
@@ -93,7 +98,7 @@ def fusion_count(native: Mapping[str, Any] | None) -> int | None:
     if not native:
         return None
     return sum(1 for k in native.get("kernels", [])
-               if sum(op not in _NO_WORK for op in k.get("ops", ())) >= 2)
+               if sum(not _no_work(op) for op in k.get("ops", ())) >= 2)
 
 
 def lower_native(graph: Graph) -> Graph:

@@ -3,9 +3,9 @@
 Semantics follow StableHLO. Every op accepts every dtype (``dtypes.ALL_DTYPES``); start
 indices of the dynamic ops are rank-0 tensors of any integer dtype (each may differ).
 
-Traits: ``"pure"`` and ``"data_movement"`` (the result's elements are copies of operand
-elements or of a padding value, at positions an index map determines). Slice, concatenate,
-pad and reverse state that map for the native backend (``index_map``, see
+Traits: ``"pure"``. The result's elements are copies of operand elements or of a padding
+value, at positions an index map determines: slice, concatenate, pad and reverse state
+that map for the native backend (``index_map``, see
 ``disc_core.index_map``).
 
 Static bounds are checked when a violation is provable (the relevant difference of dims is
@@ -40,7 +40,7 @@ from ..shape_facts import Eq, Fact
 from ..symbolic import Expr, ceildiv, product, smax
 from .shape_ops import c_array, check_dims_nonneg, provably_negative
 
-TRAITS = frozenset({"pure", "data_movement"})
+TRAITS = frozenset({"pure"})
 
 
 def _check_lengths(ctx: Ctx, attrs: Mapping[str, Any], names: Sequence[str]) -> None:

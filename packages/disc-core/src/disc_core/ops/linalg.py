@@ -62,7 +62,7 @@ class DotGeneral(OpDef):
         "rhs_contract": Attr(INTS, doc="contracting axes of rhs, paired with lhs_contract"),
     }
     #: a GEMM through the BLAS the runtime finds (native.library)
-    traits = frozenset({"pure", "contraction"})
+    traits = frozenset({"pure"})
     fusion = Fusion.LIBRARY
 
     @classmethod
@@ -223,7 +223,7 @@ class Convolution(OpDef):
         "kernel_layout": Attr(STR, doc="e.g. OIHW, HWIO"),
         "output_layout": Attr(STR, doc="e.g. NCHW, NHWC"),
     }
-    traits = frozenset({"pure", "contraction"})
+    traits = frozenset({"pure"})
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:

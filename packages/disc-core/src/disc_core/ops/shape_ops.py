@@ -6,9 +6,7 @@ shape operands of the dynamic forms are 1-D ``i32``/``i64`` tensors.
 
 Traits (queried by later passes, never by op name):
 
-* ``"pure"``: no side effects.
-* ``"layout"``: the result holds the operand's elements rearranged or replicated, never
-  combined (reshape, broadcast, transpose); fusion may index through it.
+* ``"pure"``: no side effects (CSE may merge it, DCE may drop it).
 * ``"broadcast"``: elements are replicated along new or size-1 dims.
 * ``"dynamic_shape"``: operand #1 is a shape tensor whose run-time values are the result
   dims (the ``shape`` attribute states them symbolically; bridges pass fresh symbols for
@@ -221,7 +219,7 @@ class Reshape(OpDef):
     name = "reshape"
     operands = ("x",)
     attrs = {"shape": Attr(DIMS, doc="result dims")}
-    traits = frozenset({"pure", "layout"})
+    traits = frozenset({"pure"})
     summary = "row-major reshape"
     #: a kernel's root reshape shares its operand's buffer; one that only inserts or
     #: removes static size-1 dims is indexing inside a kernel (:func:`unit_reshape_pairs`)
@@ -285,7 +283,7 @@ class DynamicReshape(OpDef):
     name = "dynamic_reshape"
     operands = ("x", "shape_tensor")
     attrs = {"shape": Attr(DIMS, doc="result dims, symbolically")}
-    traits = frozenset({"pure", "layout", "dynamic_shape"})
+    traits = frozenset({"pure", "dynamic_shape"})
     summary = "reshape to a run-time shape tensor"
 
     @classmethod
@@ -326,7 +324,7 @@ class BroadcastInDim(OpDef):
              "broadcast_dimensions": Attr(INTS, doc="result dim of each operand dim")}
     #: "broadcast": replicates its operand; fusion sees through it (a broadcast of a
     #: duplicable value is duplicable, of a row-level value is row-level)
-    traits = frozenset({"pure", "layout", "broadcast"})
+    traits = frozenset({"pure", "broadcast"})
     summary = "replicate along new and size-1 dims"
     fusion = Fusion.INDEXING
     view = True
@@ -384,7 +382,7 @@ class DynamicBroadcastInDim(OpDef):
     operands = ("x", "shape_tensor")
     attrs = {"shape": Attr(DIMS, doc="result dims, symbolically"),
              "broadcast_dimensions": Attr(INTS, doc="result dim of each operand dim")}
-    traits = frozenset({"pure", "layout", "broadcast", "dynamic_shape"})
+    traits = frozenset({"pure", "broadcast", "dynamic_shape"})
     summary = "broadcast to a run-time shape tensor"
 
     @classmethod
@@ -457,7 +455,7 @@ class Transpose(OpDef):
     name = "transpose"
     operands = ("x",)
     attrs = {"permutation": Attr(INTS)}
-    traits = frozenset({"pure", "layout"})
+    traits = frozenset({"pure"})
     summary = "permute dims"
     fusion = Fusion.INDEXING
     view = True

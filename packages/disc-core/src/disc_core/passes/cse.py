@@ -1,4 +1,7 @@
-"""Common-subexpression elimination: identical ops on identical operands compute once."""
+"""Common-subexpression elimination: identical ops on identical operands compute once.
+
+Only ops with the trait ``"pure"`` merge: two calls of an op with a side effect (or one
+that draws random numbers) are two calls."""
 
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ class CSE(Pass):
         kept: list[Op] = []
         for op in graph.ops:
             op.operands = [canon.get(id(v), v) for v in op.operands]
+            if not op.opdef.has_trait("pure"):
+                kept.append(op)
+                continue
             try:
                 key = _key(op, canon)
                 hash(key)

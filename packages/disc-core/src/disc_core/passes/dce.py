@@ -1,6 +1,7 @@
 """Dead-code elimination: drop ops none of whose results reach an output.
 
-Every op of the closed set is free of side effects, so liveness is the only criterion.
+Only ops with the trait ``"pure"`` (no side effects) are dropped; every op of today's
+closed set has it, so liveness is the criterion, but an op with an effect would be kept.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ class DCE(Pass):
         live: set[int] = {id(v) for v in graph.outputs}
         kept = []
         for op in reversed(graph.ops):
-            if any(id(r) in live for r in op.results):
+            if any(id(r) in live for r in op.results) or not op.opdef.has_trait("pure"):
                 kept.append(op)
                 live.update(id(v) for v in op.operands)
         changed = len(kept) != len(graph.ops)
