@@ -17,12 +17,10 @@ from typing import Any
 
 import torch
 
-from disc_core.bridge.broadcast import broadcast_to
+from disc_core.bridge.context import LoweringContext
 from disc_core.bridge.errors import ConversionError
-from disc_core.builder import GraphBuilder
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.opdef import VerifyError
 from disc_core.symbolic import Expr
 
 from .symbolic import to_expr
@@ -61,11 +59,11 @@ def meta_of(node: Any) -> Any:
     return node.meta["val"]
 
 
-class Lowering:
+class Lowering(LoweringContext):
     """Builds one core graph; ``env`` maps FX nodes to core values (or tuples of them)."""
 
     def __init__(self, name: str):
-        self.b = GraphBuilder(name)
+        super().__init__(name)
         self.env: dict[torch.fx.Node, Any] = {}
 
     # -- values ---------------------------------------------------------------------------
@@ -103,10 +101,7 @@ class Lowering:
         """A size argument (int, SymInt, or an FX node computing one) as a core dim."""
         return to_expr(meta_of(size))
 
-    # -- builders -------------------------------------------------------------------------
-    def op(self, name: str, *operands: Value, **attrs: Any) -> Any:
-        return self.b.op(name, *operands, **attrs)
-
+    # -- builders (op, cast, reshape, full, broadcast_to: LoweringContext's) ------------
     def scalar(self, value: Any, dtype: DType) -> Value:
         if isinstance(value, torch.fx.Node):
             raise ConversionError("a scalar computed at run time (SymFloat/SymInt) as an operand")
@@ -145,25 +140,6 @@ class Lowering:
             return self.size_value(to_expr(e), dtype)  # an integer-valued size
         except Exception as exc:
             raise ConversionError(f"float size expression {e} ({fn}): {exc}") from None
-
-    # numpy-style helpers live in disc-core (GraphBuilder, the bridge kit's broadcasting
-    # rule); a shape they refuse is a ConversionError here, so the node falls back
-    def cast(self, v: Value, dtype: DType) -> Value:
-        return self.b.cast(v, dtype)
-
-    def full(self, value: Any, dtype: DType, shape: Sequence[Expr]) -> Value:
-        return self.broadcast_to(self.scalar(value, dtype), shape)
-
-    def reshape(self, v: Value, shape: Sequence[Expr]) -> Value:
-        return self.b.reshape_to(v, shape)
-
-    def broadcast_to(self, v: Value, shape: Sequence[Expr]) -> Value:
-        """numpy broadcasting by the bridges' one rule (:mod:`disc_core.bridge.broadcast`):
-        a symbolic dim that is not provably equal is left to the module's run-time check."""
-        try:
-            return broadcast_to(self.b, v, shape)
-        except VerifyError as exc:
-            raise ConversionError(str(exc)) from None
 
     def operand(self, arg: Any, dtype: DType, shape: Sequence[Expr] | None = None) -> Value:
         """A tensor or Python-number argument as a core value of ``dtype`` (and ``shape``)."""

@@ -9,6 +9,8 @@ functions and its execution glue; everything else a bridge needs is here, once:
 * :mod:`.errors` and :mod:`.reasons`: ``ConversionError`` (a converter cannot express a
   node; the node stays in the framework) with a reason code from one shared vocabulary
   (the report's ``ReasonCode``), plus bridge-specific codes mapped onto it.
+* :mod:`.context`: ``LoweringContext``, the base of every bridge's lowering context (the
+  graph under construction, casts, reshapes, constants, broadcasting).
 * :mod:`.convert`: the lowering wrapper: look a converter up, run it, and check its
   results against what the framework recorded (``Expected`` dtype and dims).
 * :mod:`.broadcast`: the ONE implicit-broadcasting rule (numpy's, with symbolic dims
@@ -28,7 +30,7 @@ from typing import Any
 _EXPORTS = {
     "BroadcastError": "broadcast", "broadcast_all": "broadcast",
     "broadcast_dim": "broadcast", "broadcast_shape": "broadcast", "broadcast_to": "broadcast",
-    "CompilerRegistry": "compilers",
+    "CompilerRegistry": "compilers", "LoweringContext": "context",
     "Expected": "convert", "as_results": "convert", "check_count": "convert",
     "check_result": "convert", "run_converter": "convert",
     "ConversionError": "errors",

@@ -13,10 +13,16 @@ Trailing dims are aligned; per dim, an operand dim ``d`` meets a target dim ``t`
 
 The result shape of several operands (:func:`broadcast_shape`) follows the same rule: equal
 dims stay, a static 1 gives way, a static non-1 dim wins over a symbolic one (the symbolic
-one must be 1 or equal to it), and two different symbolic dims give ``max(a, b)``: exactly
-numpy's result whenever both operands can broadcast to it (one is 1, or they are equal).
-The only sizes numpy broadcasts differently are a 1 against a 0 (numpy: 0); there the
-operands' run-time check fails and the framework computes the empty result.
+one must be 1 or equal to it), a dim that is at most 1 (``min(1, n)``: what ``x[:1]``
+leaves) gives way to a symbolic one, a plain symbol wins over an expression of symbols,
+and of two other different symbolic dims the first stands for both. Each operand is then
+mapped onto the result dims by :func:`broadcast_to`, so the choice is checked, never
+trusted: if at run time the dim that was kept is the 1 and the other is larger, the
+module refuses the call and the framework runs it. Keeping the first (or the plain
+symbol) keeps a graph's dims plain symbols, which the shape analysis equates and fusion
+follows: an expression result dim that later meets the symbol it equals in an
+elementwise op stops the native planner (``max(a, b)``, numpy's exact size, did so on the
+gradients of residual blocks whose branches carried distinct symbols).
 
 This differs from :meth:`GraphBuilder.broadcast_to`, which is the core's *provable* form
 (an error unless every dim is equal or a static 1) for graphs written by hand.
@@ -28,10 +34,10 @@ from collections.abc import Sequence
 
 from ..builder import GraphBuilder
 from ..ir import Value
-from ..symbolic import Expr, ExprLike, as_expr, smax
+from ..symbolic import Expr, ExprLike, as_expr
 from .errors import ConversionError
 
-__all__ = ["BroadcastError", "broadcast_all", "broadcast_dim", "broadcast_shape",
+__all__ = ["BroadcastError", "at_most_one", "broadcast_all", "broadcast_dim", "broadcast_shape",
            "broadcast_to"]
 
 
@@ -45,6 +51,21 @@ def _fmt(shape: Sequence[Expr]) -> str:
 
 def _is_one(d: Expr) -> bool:
     return d.is_const and d.value == 1
+
+
+def at_most_one(d: Expr) -> bool:
+    """A dim that is 0 or 1 for every size: a static 0 or 1, or ``min(.., c)`` with a
+    constant ``c <= 1`` among its arguments (dims are never negative)."""
+    if d.is_const:
+        return d.value <= 1
+    if len(d.terms) != 1:
+        return False
+    mono, coeff = d.terms[0]
+    if coeff != 1 or len(mono) != 1:
+        return False
+    atom = mono[0]
+    return getattr(atom, "fn", None) == "min" and any(
+        a.is_const and a.value <= 1 for a in atom.args)
 
 
 def broadcast_dim(a: ExprLike, b: ExprLike) -> Expr:
@@ -61,7 +82,11 @@ def broadcast_dim(a: ExprLike, b: ExprLike) -> Expr:
         return a
     if b.is_const:
         return b
-    return smax(a, b)
+    if at_most_one(a) != at_most_one(b):
+        return b if at_most_one(a) else a
+    if a.is_symbol != b.is_symbol:
+        return a if a.is_symbol else b
+    return a
 
 
 def broadcast_shape(*shapes: Sequence[ExprLike]) -> tuple[Expr, ...]:
