@@ -11,10 +11,10 @@ def _fresh_disc(tmp_path, monkeypatch):
     import torch._dynamo
 
     import disc_core.report as report
-    from disc_torch import backend
+    from disc_torch.compilers import COMPILERS
 
     torch._dynamo.reset()
-    backend._compilers.clear()
+    COMPILERS.clear()
     report.get_collector().clear()
     yield
     torch._dynamo.reset()

@@ -68,11 +68,14 @@ class GraphBuilder:
         return self.op("reshape", v, shape=list(dims))  # type: ignore[return-value]
 
     def broadcast_to(self, v: Value, shape: Iterable[ExprLike]) -> Value:
-        """numpy/torch/TF implicit broadcasting: trailing dims aligned, size-1 dims stretch.
+        """numpy/torch/TF implicit broadcasting, the provable form: trailing dims aligned,
+        size-1 dims stretch.
 
         A dim that is neither equal to the target nor statically 1 is an error: DISC
         compiles one graph for all shapes, so "this symbol is 1 at run time" is never
-        assumed.
+        assumed. Bridges use :func:`disc_core.bridge.broadcast.broadcast_to` instead, the
+        same rule except that such a dim is left to ``broadcast_in_dim``'s run-time check
+        (1 or equal), so framework graphs with unrelated symbolic dims still compile.
         """
         dims = tuple(as_expr(d) for d in shape)
         if tuple(v.shape) == dims:

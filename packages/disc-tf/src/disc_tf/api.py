@@ -25,7 +25,8 @@ from tensorflow.python.eager import record
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tensorflow.python.framework.ops import EagerTensor
 
-from disc_core import fallback
+from disc_core.bridge import fallback
+from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.clustering import Cluster, ClusteringResult
 from disc_core.compiler import Compiler
 from disc_core.native import fusion_count, launch_counts
@@ -39,8 +40,8 @@ __all__ = ["DiscFallbackWarning", "DiscFunction", "compile_count", "disable", "e
            "function", "get_compiler", "is_enabled"]
 
 _ORIGINAL_FUNCTION = tf.function
-_compilers: dict[str, Compiler] = {}
-_lock = threading.Lock()
+#: this bridge's process-wide compilers (compile counts are TF's own)
+COMPILERS = CompilerRegistry()
 _enabled: DiscConfig | None = None
 #: cluster key -> (recorder, cluster id, description): where runtime failures are reported
 _launch_owners: dict[str, tuple[Any, int, str]] = {}
@@ -50,21 +51,19 @@ class DiscFallbackWarning(fallback.DiscFallbackWarning):
     """Part of a program runs in TensorFlow instead of DISC (results are unaffected)."""
 
 
-def warn_once(message: str) -> None:
-    fallback.warn_once(message, DiscFallbackWarning, stacklevel=3)
+NOTICE = fallback.FallbackNotice(DiscFallbackWarning, "in TensorFlow")
+#: warn once per distinct message (a bound method: the warning points at the caller's caller)
+warn_once = NOTICE.warn
 
 
 def get_compiler(target: str = "auto") -> Compiler:
     """The process-wide DISC compiler of a target (its stats count compilations)."""
-    with _lock:
-        if target not in _compilers:
-            _compilers[target] = Compiler(target=target)
-        return _compilers[target]
+    return COMPILERS.get(target)
 
 
 def compile_count(target: str = "auto") -> int:
     """How many DISC compilations (cache misses) this process did for TF clusters."""
-    return get_compiler(target).stats.compiles
+    return COMPILERS.compile_count(target)
 
 
 def _op_library() -> Any:
@@ -555,8 +554,7 @@ def _split_clustering(clustering: ClusteringResult, attempts: list[_Attempt]
 
 
 def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: str) -> None:
-    recorder.cluster_failed(cluster_id, code, detail)
-    warn_once(f"DISC: {what} runs in TensorFlow ({code.value}): {detail}")
+    NOTICE.cluster_failed(recorder, cluster_id, what, code, detail, stacklevel=2)
 
 
 def _check_launches() -> float:

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from disc_core.builder import GraphBuilder
+from disc_core.bridge.context import LoweringContext
+from disc_core.bridge.errors import ConversionError
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.opdef import VerifyError, unify_dims
+from disc_core.opdef import VerifyError
 from disc_core.symbolic import Expr, as_expr
 
 __all__ = ["ConversionError", "Lowering", "TF_DTYPES", "core_dtype", "tf_dtype"]
@@ -35,14 +36,6 @@ TF_DTYPES: dict[tf.DType, DType] = {
     tf.int64: DType.I64, tf.uint8: DType.U8, tf.float32: DType.F32, tf.float64: DType.F64,
 }
 _BACK = {v: k for k, v in TF_DTYPES.items()}
-
-
-class ConversionError(ValueError):
-    """A converter met something it cannot express; the op stays in TensorFlow."""
-
-    def __init__(self, message: str, code: str | None = None):
-        super().__init__(message)
-        self.code = code  # a disc_core.report.ReasonCode value, when more precise
 
 
 def core_dtype(dtype: tf.DType) -> DType:
@@ -61,11 +54,11 @@ def _is_int_like(x: Any) -> bool:
     return isinstance(x, (int, np.integer, Expr))
 
 
-class Lowering:
+class Lowering(LoweringContext):
     """One core graph under construction; values and known values keyed by tensor name."""
 
     def __init__(self, name: str, fresh_symbol: Callable[[str, int], Expr] | None = None):
-        self.b = GraphBuilder(name)
+        super().__init__(name)
         self.values: dict[str, Value] = {}
         self.known_values: dict[str, np.ndarray] = {}
         self._fresh = fresh_symbol or self._default_fresh
@@ -137,84 +130,11 @@ class Lowering:
         """A known shape vector as dims (``-1`` entries stay -1, as plain Exprs)."""
         return [as_expr(e) for e in self.known_ints(t, what)]
 
-    # -- building -------------------------------------------------------------------------
-    def op(self, name: str, *operands: Value, **attrs: Any) -> Any:
-        return self.b.op(name, *operands, **attrs)
-
+    # -- building (op, scalar, cast, reshape, full and numpy broadcasting by the bridges'
+    # one rule: LoweringContext's, see disc_core.bridge.broadcast) ---------------------------
     def const(self, value: Any, dtype: DType) -> Value:
+        """A constant of ``dtype`` (any shape: a number, a list, an array)."""
         return self.b.constant(np.asarray(value, dtype=dtype.np), dtype)
-
-    def cast(self, v: Value, dtype: DType) -> Value:
-        return self.b.cast(v, dtype)
-
-    def reshape(self, v: Value, shape: Sequence[Expr | int]) -> Value:
-        return self.b.reshape_to(v, shape)
-
-    def full(self, value: Any, dtype: DType, shape: Sequence[Expr | int]) -> Value:
-        return self.broadcast_to(self.const(value, dtype), shape)
-
-    def broadcast_to(self, v: Value, shape: Sequence[Expr | int]) -> Value:
-        """numpy broadcasting to ``shape``. A symbolic operand dim that differs from the
-        target dim maps onto it through ``broadcast_in_dim``, whose result has the target
-        dims: at run time the operand dim must equal the target dim or be 1 (numpy's
-        implicit broadcast, which the module performs); anything else fails the module's
-        check and the cluster falls back to TensorFlow. Returning the operand unchanged
-        instead would give a value of the operand's run-time shape wherever those dims
-        differ (a ``BroadcastTo`` of a ``[n, 1, c]`` tensor fed from TensorFlow with
-        unknown static dims returned ``[n, 1, c]``, not ``[n, k, c]``)."""
-        dims = tuple(as_expr(d) for d in shape)
-        if tuple(v.shape) == dims:
-            return v
-        offset = len(dims) - v.rank
-        if offset < 0:
-            raise ConversionError(f"cannot broadcast rank {v.rank} to rank {len(dims)}")
-        kept: list[int] = []
-        kept_dims: list[Expr] = []
-        for i, d in enumerate(v.shape):
-            target = dims[offset + i]
-            if _one_like(d) and not (target.is_const and target.value == 1) and d != target:
-                continue  # a static 1 (or min(1, n), what x[:1] leaves) stretches
-            if d != target and not (_plain(d) and _plain(target)):
-                raise ConversionError(f"cannot tell whether dim {d} broadcasts to {target}")
-            if unify_dims(d, target) is None:
-                raise ConversionError(f"cannot broadcast dim {d} to {target}")
-            kept.append(offset + i)
-            kept_dims.append(d)
-        if len(kept) < v.rank:
-            v = self.reshape(v, kept_dims)
-        return self.op("broadcast_in_dim", v, shape=list(dims), broadcast_dimensions=kept)
-
-    @staticmethod
-    def broadcast_shape(*shapes: Sequence[Expr]) -> tuple[Expr, ...]:
-        """numpy's result shape; two different symbolic dims are assumed equal (see
-        :meth:`broadcast_to`), a static 1 stretches."""
-        rank = max(len(s) for s in shapes)
-        out: list[Expr] = []
-        for k in range(rank):
-            dim: Expr | None = None
-            for s in shapes:
-                i = k - (rank - len(s))
-                if i < 0:
-                    continue
-                d = as_expr(s[i])
-                if dim is None or (_one_like(dim) and not _one_like(d)):
-                    dim = d
-                elif _one_like(d) or d == dim:
-                    continue
-                else:
-                    u = unify_dims(dim, d)
-                    if u is not None and not (_plain(dim) and _plain(d)):
-                        u = None  # e.g. min(1, s0) against s0: may really broadcast
-                    if u is None:
-                        raise ConversionError(f"shapes {[list(map(str, x)) for x in shapes]} "
-                                              "do not broadcast")
-                    dim = u
-            out.append(dim if dim is not None else Expr.const(1))
-        return tuple(out)
-
-    def broadcast_all(self, *vs: Value) -> list[Value]:
-        shape = self.broadcast_shape(*[v.shape for v in vs])
-        return [self.broadcast_to(v, shape) for v in vs]
 
     # -- sizes as values ------------------------------------------------------------------
     def size_value(self, e: Expr | int, dtype: DType) -> Value:
@@ -236,27 +156,6 @@ class Lowering:
         parts = [self.reshape(self.size_value(e, dtype), [1]) for e in flat]
         v = parts[0] if len(parts) == 1 else self.op("concatenate", *parts, dimension=0)
         return self.reshape(v, list(known.shape))
-
-
-def _one_like(d: Expr) -> bool:
-    """A static 1, or ``min(1, n)`` (a ``[:1]`` slice of a dynamic dim): broadcasts."""
-    if d.is_const:
-        return d.value == 1
-    text = str(d)
-    if not text.startswith("min(1, ") or not text.endswith(")"):
-        return False
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(text) - 1 and i >= 3:
-            return False  # the first call closes before the end: a larger expression
-    return True
-
-
-def _plain(d: Expr) -> bool:
-    """A dim that may be assumed equal to another plain one: a constant or a symbol."""
-    return d.is_const or d.is_symbol
 
 
 def known_array(values: Sequence[Any]) -> np.ndarray:

@@ -26,12 +26,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from disc_core.bridge.convert import Expected, as_results, check_count, check_result, run_converter
+from disc_core.bridge.reasons import reason_of
 from disc_core.clustering import ClusteringResult, Support, find_clusters
 from disc_core.ir import Graph, Value
 from disc_core.report import ReasonCode
 from disc_core.symbolic import Expr
 
-from .converters import Known, lookup
+from .converters import CONVERTERS, Known, lookup
+from .converters.shapes import fold_integer_op
 from .lowering import TF_DTYPES, ConversionError, Lowering, core_dtype
 
 __all__ = ["Analysis", "LoweredCluster", "analyze", "lower_cluster", "overrides_gradient"]
@@ -121,9 +124,8 @@ def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
     except (ValueError, TypeError):
         key_dtype = op.inputs[0].dtype if op.inputs else op.outputs[0].dtype \
             if op.outputs else None
-    if isinstance(key_dtype, tf.DType) and key_dtype not in conv.dtypes:
-        return Support(False, f"{op.type} on {key_dtype.name} (the converter takes "
-                       f"{', '.join(sorted(d.name for d in conv.dtypes))})",
+    if isinstance(key_dtype, tf.DType) and not conv.takes(key_dtype):
+        return Support(False, conv.dtype_reason(op.type, key_dtype, lambda d: d.name),
                        code=ReasonCode.UNSUPPORTED_DTYPE)
     return None
 
@@ -131,21 +133,10 @@ def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
 def convert_op(ctx: Lowering, op: tf.Operation) -> None:
     """Run ``op``'s converter in ``ctx`` and record its outputs (values or known values).
     Raises ConversionError (or a core VerifyError) when it cannot."""
-    from .converters.shapes import fold_integer_op
-
     folded = fold_integer_op(ctx, op)
-    if folded is not None:
-        results: Any = [folded]
-    else:
-        conv = lookup(op.type)
-        if conv is None:
-            raise ConversionError(f"no converter for {op.type}", code="no_converter")
-        results = conv.fn(ctx, op)
-    if not isinstance(results, (list, tuple)):
-        results = [results]
-    if len(results) != len(op.outputs):
-        raise ConversionError(f"{op.type}: converter gave {len(results)} results for "
-                              f"{len(op.outputs)} outputs")
+    results = as_results(folded if folded is not None
+                         else run_converter(CONVERTERS, op.type, ctx, op))
+    check_count(op.type, results, len(op.outputs))
     for t, r in zip(op.outputs, results):
         if isinstance(r, Known):
             want = t.shape
@@ -159,19 +150,11 @@ def convert_op(ctx: Lowering, op: tf.Operation) -> None:
 
 
 def _check_result(op: tf.Operation, t: tf.Tensor, v: Value) -> None:
-    """A converter's result must agree with TensorFlow's static shape and dtype."""
-    if v.dtype != core_dtype(t.dtype):
-        raise ConversionError(f"{op.type}: converter produced {v.dtype}, TF says "
-                              f"{t.dtype.name}")
-    if t.shape.rank is None:
-        return
-    if t.shape.rank != v.rank:
-        raise ConversionError(f"{op.type}: converter produced rank {v.rank}, TF says "
-                              f"{t.shape.rank}")
-    for d, want in zip(v.shape, t.shape.as_list()):
-        if want is not None and d.is_const and d.value != want:
-            raise ConversionError(f"{op.type}: converter produced dims "
-                                  f"{[str(x) for x in v.shape]}, TF says {t.shape}")
+    """A converter's result must agree with TensorFlow's static shape and dtype (TF knows
+    static sizes only: a dim DISC knows as a symbol is not a mismatch)."""
+    dims = None if t.shape.rank is None else tuple(
+        None if d is None else Expr.const(d) for d in t.shape.as_list())
+    check_result(op.type, v, Expected(core_dtype(t.dtype), dims, exact=False), "TF")
 
 
 def _ensure_inputs(ctx: Lowering, op: tf.Operation) -> None:
@@ -207,8 +190,7 @@ def analyze(graph: tf.Graph, *, min_cluster_size: int,
             convert_op(ctx, op)
             verdicts[op] = Support.yes()
         except Exception as exc:  # any converter limit: this op stays in TensorFlow
-            code = getattr(exc, "code", None) or ReasonCode.UNSUPPORTED_ATTRIBUTE
-            verdicts[op] = Support(False, f"{op.type}: {exc}", code=ReasonCode(code))
+            verdicts[op] = Support(False, f"{op.type}: {exc}", code=reason_of(exc))
     never = [op for op in order if op.type in NOT_COMPUTE or op in dead]
     edges = [(p, op) for op in order
              for p in {t.op for t in op.inputs} | set(op.control_inputs)]

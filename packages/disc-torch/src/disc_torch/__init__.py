@@ -67,7 +67,7 @@ def _wait_for_builds() -> None:
 
 def compile_count(target: str = "auto") -> int:
     """How many DISC compilations (cache misses) this process has done for torch graphs."""
-    from disc_torch.backend import get_compiler
+    from disc_torch.compilers import get_compiler
 
     _wait_for_builds()
     return get_compiler(target).stats.compiles

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,13 +22,13 @@ from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler, make_
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import disable_fake_tensor_cache
 
-from disc_core.compiler import Compiler
 from disc_core.report import configure as configure_report
 
-from .blas import use_torch_blas
-from .cluster import Clock, warn_once
+from .cluster import Clock
+from .compilers import get_compiler
 from .config import DiscConfig
 from .decompositions import decomposition_table
+from .fallback import warn_once
 from .identity import PinError
 from .joint_cse import cse_joint_graph
 from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
@@ -43,19 +42,6 @@ from .precompile import (
 )
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
-
-_compilers: dict[str, Compiler] = {}
-_lock = threading.Lock()
-
-
-def get_compiler(target: str = "auto") -> Compiler:
-    """The process-wide DISC compiler of a target (its stats count compilations)."""
-    use_torch_blas()  # before any module loads: clusters' GEMMs run torch's own BLAS
-    with _lock:
-        if target not in _compilers:
-            _compilers[target] = Compiler(target=target)
-        return _compilers[target]
-
 
 def _graph_compiler(config: DiscConfig, role: str, serializable: bool) -> Callable[..., Any]:
     """aot_autograd's compiler of one role. ``serializable``: return every graph as a

@@ -17,26 +17,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from disc_core import fallback
 from disc_core.dtypes import DType
 from disc_core.native import fusion_count, launch_counts
 from disc_core.report import KernelTime, ReasonCode, get_collector
 from disc_core.symbolic import parse_expr, solve_linear
 
-from .lowering import TORCH_DTYPES, LoweredCluster
+from .context import TORCH_DTYPES
+from .fallback import NOTICE, DiscFallbackWarning, warn_once
+from .lowering import LoweredCluster
 
-__all__ = ["Clock", "ClusterModule", "DiscFallbackWarning"]
+__all__ = ["Clock", "ClusterModule", "DiscFallbackWarning", "warn_once"]
 
 #: numpy dtype name of a DISC output -> the torch dtype its tensor is allocated with
 _NP_NAME_TO_TORCH = {dt.np_name: t for t, dt in TORCH_DTYPES.items() if dt is not DType.BF16}
-
-class DiscFallbackWarning(fallback.DiscFallbackWarning):
-    """A DISC cluster runs eagerly instead (the program's results are unaffected)."""
-
-
-def warn_once(message: str) -> None:
-    fallback.warn_once(message, DiscFallbackWarning, stacklevel=3)
-
 
 def _as_numpy(t: torch.Tensor) -> np.ndarray:
     if t.requires_grad:
@@ -189,9 +182,8 @@ class ClusterModule(torch.nn.Module):
     def fail(self, code: ReasonCode, detail: str) -> None:
         """From now on this cluster runs eagerly; say so once and record why."""
         self._exe = None
-        self._recorder.cluster_failed(self.cluster_id, code, detail)
-        warn_once(f"DISC: a cluster of {self.n_ops} ops runs eagerly ({code.value}): "
-                  f"{detail}")
+        NOTICE.cluster_failed(self._recorder, self.cluster_id, f"a cluster of {self.n_ops} ops",
+                              code, detail, stacklevel=2)
 
     def forward(self, *args: Any) -> Any:
         if self._build is not None:

@@ -42,7 +42,9 @@ from torch._dynamo.precompile_context import PrecompileContext
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._inductor.output_code import OutputCode
 
-from .cluster import warn_once
+from ._version_check import BRIDGE_VERSION
+from .compilers import get_compiler
+from .fallback import warn_once
 from .frozen import FreezeError, freeze_graph, thaw_graph
 from .identity import IdentityPins
 
@@ -81,8 +83,6 @@ class DiscOutputCode(OutputCode):
 
     def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
         if self.graph is None:
-            from .backend import get_compiler
-
             self.graph = thaw_graph(self.frozen, get_compiler(self.target))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
@@ -141,15 +141,13 @@ def package_key(model_or_fn: Any, config: Any) -> str:
     from disc_core import __version__ as core_version
     from disc_core.compiler import compiler_fingerprint
 
-    from . import __version__
-
     inner = innermost_fn(forward_of(model_or_fn))
     inner = getattr(inner, "__func__", inner)
     if not hasattr(inner, "__code__"):
         raise NotCacheable(f"{type(inner).__name__} has no Python code for dynamo to keep")
     parts: list[str] = [
         inner.__module__, inner.__qualname__, str(inner.__code__.co_firstlineno),
-        _module_digest(inner.__module__), torch.__version__, __version__, core_version,
+        _module_digest(inner.__module__), torch.__version__, BRIDGE_VERSION, core_version,
         _bridge_fingerprint(), compiler_fingerprint(), sys.version,
         # the resolved options (environment overrides included), not the keywords
         repr(sorted((f.name, _stable_repr(getattr(config, f.name)))

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
+from disc_core.bridge.reasons import reason_of
 from disc_core.clustering import Support
 from disc_core.report import ReasonCode
 
-from . import converters  # noqa: F401  (fills the table)
-from .converters.registry import lookup
+from .converters import lookup
 from .lowering import Lowering, convert_node, finish_graph, is_sym_node, meta_of
 from .symbolic import UnsupportedSize, to_expr
 
@@ -86,8 +86,7 @@ def node_support(node: torch.fx.Node) -> Support:
         if isinstance(m, torch.Tensor):
             # the dtypes a converter takes are its inputs' (its results' for creation ops)
             if (i < len(inputs) or not inputs) and m.dtype not in conv.dtypes:
-                return Support(False, f"{op_type(node)} on {m.dtype} (the converter takes "
-                               f"{', '.join(sorted(str(d) for d in conv.dtypes))})",
+                return Support(False, conv.dtype_reason(op_type(node), m.dtype),
                                code=ReasonCode.UNSUPPORTED_DTYPE)
             if m.device.type != "cpu":
                 return Support(False, f"tensor on {m.device} (disc-torch compiles CPU "
@@ -114,7 +113,7 @@ def _trial(node: torch.fx.Node) -> Support:
         outs = [v for v in (out if isinstance(out, tuple) else (out,)) if v is not None]
         finish_graph(ctx, outs, [], {}, None)
     except Exception as exc:  # any converter limit: this node stays in torch
-        return Support(False, f"{op_type(node)}: {exc}", code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
+        return Support(False, f"{op_type(node)}: {exc}", code=reason_of(exc))
     return Support.yes()
 
 

@@ -1,6 +1,7 @@
 """The one table from TensorFlow op type to the function emitting DISC core primitives.
 
-A converter is ``fn(ctx, op) -> Value | Known | list[Value | Known | None]``, one entry per
+A converter (a bridge kit :class:`~disc_core.bridge.table.ConverterTable` entry) is
+``fn(ctx, op) -> Value | Known | list[Value | Known | None]``, one entry per
 op output, registered for one or more op types with the dtypes it takes (of the op's ``T``
 attribute, else of its first input). A :class:`Known` result is a value fixed at compile
 time (a shape, a folded constant); it becomes a core value only if something reads it as
@@ -10,12 +11,12 @@ op then stays in TensorFlow and the reason appears in the coverage report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from disc_core.bridge.table import Converter, ConverterTable
 
 __all__ = ["ALL_DTYPES", "CONVERTERS", "FLOAT_DTYPES", "INT_DTYPES", "NUMERIC_DTYPES",
            "Converter", "Known", "converter", "lookup"]
@@ -33,30 +34,7 @@ class Known:
     value: np.ndarray
 
 
-@dataclass(frozen=True)
-class Converter:
-    """How one TF op type becomes core primitives, and which dtypes it takes."""
-
-    fn: Callable[..., Any]
-    dtypes: frozenset[tf.DType]
-
-
-CONVERTERS: dict[str, Converter] = {}
-
-
-def converter(*op_types: str, dtypes: Iterable[tf.DType] = ALL_DTYPES
-              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` for ``op_types``."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for name in op_types:
-            if name in CONVERTERS:
-                raise ValueError(f"two converters for {name}")
-            CONVERTERS[name] = Converter(fn, frozenset(dtypes))
-        return fn
-
-    return register
-
-
-def lookup(op_type: str) -> Converter | None:
-    return CONVERTERS.get(op_type)
+CONVERTERS = ConverterTable("tensorflow", ALL_DTYPES)
+#: ``@converter("OpType", ..., dtypes=...)``: register ``fn`` for TF op types
+converter = CONVERTERS.converter
+lookup = CONVERTERS.lookup

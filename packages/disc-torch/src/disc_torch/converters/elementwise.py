@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..lowering import ConversionError, Lowering, core_dtype, meta_of
+from ..context import ConversionError, Lowering, core_dtype, meta_of
 from .registry import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, converter
 
 aten = torch.ops.aten

@@ -12,7 +12,7 @@ import torch
 from disc_core.dtypes import DType
 from disc_core.symbolic import Expr
 
-from ..lowering import ConversionError, Lowering
+from ..context import ConversionError, Lowering
 from .registry import ALL_DTYPES, converter
 
 aten = torch.ops.aten

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..lowering import ConversionError
+from ..context import ConversionError
 from .registry import FLOAT_DTYPES, converter
 
 aten = torch.ops.aten

@@ -14,7 +14,7 @@ import torch
 from disc_core.dtypes import DType
 from disc_core.symbolic import Expr
 
-from ..lowering import ConversionError, Lowering, core_dtype
+from ..context import ConversionError, Lowering, core_dtype
 from .registry import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, converter
 
 aten = torch.ops.aten

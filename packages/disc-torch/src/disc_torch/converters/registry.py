@@ -1,4 +1,5 @@
-"""The table from ATen ops to DISC core primitives.
+"""The table from ATen ops to DISC core primitives (a bridge kit
+:class:`~disc_core.bridge.table.ConverterTable`).
 
 A converter is one function ``fn(ctx, node) -> Value | tuple[Value, ...]`` registered for
 one or more ATen overloads, together with what it supports: the tensor dtypes it takes
@@ -8,11 +9,12 @@ converter does not state it supports falls back to eager torch with that reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+from disc_core.bridge.table import Converter, ConverterTable
 
 __all__ = ["ALL_DTYPES", "CONVERTERS", "FLOAT_DTYPES", "Converter", "converter", "lookup"]
 
@@ -22,38 +24,14 @@ ALL_DTYPES = FLOAT_DTYPES | INT_DTYPES | {torch.bool}
 NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
 
 
-@dataclass(frozen=True)
-class Converter:
-    """How one ATen op becomes core primitives, and the limits of that translation."""
-
-    fn: Callable[..., Any]
-    dtypes: frozenset[torch.dtype]
-    check: Callable[[torch.fx.Node], str | None] | None
-
-    def unsupported_attribute(self, node: torch.fx.Node) -> str | None:
-        return self.check(node) if self.check is not None else None
+def _overloads(target: Any) -> Iterable[Any]:
+    """An OpOverloadPacket stands for every overload; an OpOverload for itself."""
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return [getattr(target, o) for o in target.overloads()]
+    return [target]
 
 
-CONVERTERS: dict[Any, Converter] = {}
-
-
-def converter(*targets: Any, dtypes: Iterable[torch.dtype] = ALL_DTYPES,
-              check: Callable[[torch.fx.Node], str | None] | None = None
-              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` for ``targets`` (OpOverloads, or packets: every overload)."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for target in targets:
-            overloads = ([getattr(target, o) for o in target.overloads()]
-                         if isinstance(target, torch._ops.OpOverloadPacket) else [target])
-            for ov in overloads:
-                if ov in CONVERTERS:
-                    raise ValueError(f"two converters for {ov}")
-                CONVERTERS[ov] = Converter(fn, frozenset(dtypes), check)
-        return fn
-
-    return register
-
-
-def lookup(target: Any) -> Converter | None:
-    return CONVERTERS.get(target)
+CONVERTERS = ConverterTable("torch", ALL_DTYPES, expand=_overloads)
+#: ``@converter(aten.op.overload, dtypes=..., check=...)``: register ``fn`` for ATen ops
+converter = CONVERTERS.converter
+lookup = CONVERTERS.lookup

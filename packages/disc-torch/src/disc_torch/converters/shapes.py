@@ -14,7 +14,7 @@ import torch
 
 from disc_core.symbolic import Expr
 
-from ..lowering import ConversionError, Lowering
+from ..context import ConversionError, Lowering
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, converter
 
 aten = torch.ops.aten

@@ -1,0 +1,56 @@
+"""The bridge kit: what every framework bridge (disc-torch, disc-tf, disc-paddle) shares.
+
+A bridge brings its capture (how the framework's graph is obtained), its converter
+functions and its execution glue; everything else a bridge needs is here, once:
+
+* :mod:`.table`: the converter table type (``ConverterTable``, ``Converter``): one
+  decorator registering ``fn`` for framework ops with the dtypes it takes and an optional
+  attribute ``check``.
+* :mod:`.errors` and :mod:`.reasons`: ``ConversionError`` (a converter cannot express a
+  node; the node stays in the framework) with a reason code from one shared vocabulary
+  (the report's ``ReasonCode``), plus bridge-specific codes mapped onto it.
+* :mod:`.context`: ``LoweringContext``, the base of every bridge's lowering context (the
+  graph under construction, casts, reshapes, constants, broadcasting).
+* :mod:`.convert`: the lowering wrapper: look a converter up, run it, and check its
+  results against what the framework recorded (``Expected`` dtype and dims).
+* :mod:`.broadcast`: the ONE implicit-broadcasting rule (numpy's, with symbolic dims
+  left to a run-time check instead of assumed).
+* :mod:`.compilers`: the per-bridge registry of process-wide compilers and their
+  compile counts.
+* :mod:`.fallback`: the fallback warning (``warn_once``) and the bookkeeping of a cluster
+  that runs in its framework (report entry plus one warning per reason).
+
+Names are imported on first use (PEP 562), as in :mod:`disc_core`: a bridge importing the
+fallback warning does not pay for the compiler.
+"""
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "BroadcastError": "broadcast", "broadcast_all": "broadcast",
+    "broadcast_dim": "broadcast", "broadcast_shape": "broadcast", "broadcast_to": "broadcast",
+    "CompilerRegistry": "compilers", "LoweringContext": "context",
+    "Expected": "convert", "as_results": "convert", "check_count": "convert",
+    "check_result": "convert", "run_converter": "convert",
+    "ConversionError": "errors",
+    "DiscFallbackWarning": "fallback", "FallbackNotice": "fallback", "warn_once": "fallback",
+    "ReasonCode": "reasons", "reason_of": "reasons", "register_reason": "reasons",
+    "report_code": "reasons",
+    "Converter": "table", "ConverterTable": "table",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'disc_core.bridge' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
