@@ -27,13 +27,13 @@ import numpy as np
 import tensorflow as tf
 
 from disc_core.bridge.convert import Expected, as_results, check_count, check_result, run_converter
-from disc_core.bridge.reasons import reason_of
+from disc_core.bridge.verdict import precheck, trial
 from disc_core.clustering import ClusteringResult, Support, find_clusters
 from disc_core.ir import Graph, Value
 from disc_core.report import ReasonCode
 from disc_core.symbolic import Expr
 
-from .converters import CONVERTERS, Known, lookup
+from .converters import CONVERTERS, Known
 from .converters.shapes import fold_integer_op
 from .lowering import TF_DTYPES, ConversionError, Lowering, core_dtype
 
@@ -112,22 +112,18 @@ def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
     if op.op_def is not None and op.op_def.is_stateful:
         return Support(False, f"{op.type} is stateful (random numbers, I/O, side effects)",
                        code=ReasonCode.NO_CONVERTER)
-    conv = lookup(op.type)
-    if conv is None:
-        return Support(False, f"no DISC converter for {op.type}", code=ReasonCode.NO_CONVERTER)
-    for t in list(op.inputs) + list(op.outputs):
-        if t.dtype not in TF_DTYPES:
-            return Support(False, f"{op.type} on {t.dtype.name}",
-                           code=ReasonCode.UNSUPPORTED_DTYPE)
+    if CONVERTERS.lookup(op.type) is not None:
+        for t in list(op.inputs) + list(op.outputs):
+            if t.dtype not in TF_DTYPES:
+                return Support(False, f"{op.type} on {t.dtype.name}",
+                               code=ReasonCode.UNSUPPORTED_DTYPE)
     try:
         key_dtype = op.get_attr("T")
     except (ValueError, TypeError):
         key_dtype = op.inputs[0].dtype if op.inputs else op.outputs[0].dtype \
             if op.outputs else None
-    if isinstance(key_dtype, tf.DType) and not conv.takes(key_dtype):
-        return Support(False, conv.dtype_reason(op.type, key_dtype, lambda d: d.name),
-                       code=ReasonCode.UNSUPPORTED_DTYPE)
-    return None
+    keyed = [key_dtype] if isinstance(key_dtype, tf.DType) else []
+    return precheck(CONVERTERS, op.type, op.type, keyed, dtype_name=lambda d: d.name)
 
 
 def convert_op(ctx: Lowering, op: tf.Operation) -> None:
@@ -163,6 +159,13 @@ def _ensure_inputs(ctx: Lowering, op: tf.Operation) -> None:
             ctx.add_tf_input(t)
 
 
+def _lower_in_context(ctx: Lowering, op: tf.Operation) -> None:
+    """Convert ``op`` in the analysis's scratch context (its inputs become graph inputs
+    where no earlier op computed them): the trial whose failure is the op's verdict."""
+    _ensure_inputs(ctx, op)
+    convert_op(ctx, op)
+
+
 def analyze(graph: tf.Graph, *, min_cluster_size: int,
             excluded_ops: frozenset[str] = frozenset(),
             outputs: Iterable[str] = ()) -> Analysis:
@@ -185,12 +188,7 @@ def analyze(graph: tf.Graph, *, min_cluster_size: int,
         if pre is not None:
             verdicts[op] = pre
             continue
-        try:
-            _ensure_inputs(ctx, op)
-            convert_op(ctx, op)
-            verdicts[op] = Support.yes()
-        except Exception as exc:  # any converter limit: this op stays in TensorFlow
-            verdicts[op] = Support(False, f"{op.type}: {exc}", code=reason_of(exc))
+        verdicts[op] = trial(op.type, lambda op=op: _lower_in_context(ctx, op))
     never = [op for op in order if op.type in NOT_COMPUTE or op in dead]
     edges = [(p, op) for op in order
              for p in {t.op for t in op.inputs} | set(op.control_inputs)]

@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from disc_core.bridge.reasons import reason_of
+from disc_core.bridge.verdict import precheck, trial
 from disc_core.clustering import Support
 from disc_core.report import ReasonCode
 
-from .converters import lookup
+from .converters import CONVERTERS
 from .lowering import Lowering, convert_node, finish_graph, is_sym_node, meta_of
 from .symbolic import UnsupportedSize, to_expr
 
@@ -77,17 +77,14 @@ def node_support(node: torch.fx.Node) -> Support:
     if name is not None and name.is_mutable:
         return Support(False, f"{op_type(node)} mutates its input in place",
                        code=ReasonCode.NO_CONVERTER)
-    conv = lookup(target)
-    if conv is None:
-        return Support(False, f"no DISC converter for {op_type(node)}",
-                       code=ReasonCode.NO_CONVERTER)
     inputs = [meta_of(a) for a in _tensor_args(node)]
-    for i, m in enumerate(inputs + _metas(node)):
+    # the dtypes a converter takes are its inputs' (its results' for creation ops)
+    keyed = [m.dtype for m in (inputs or _metas(node)) if isinstance(m, torch.Tensor)]
+    verdict = precheck(CONVERTERS, target, op_type(node), keyed)
+    if verdict is not None:
+        return verdict
+    for m in inputs + _metas(node):
         if isinstance(m, torch.Tensor):
-            # the dtypes a converter takes are its inputs' (its results' for creation ops)
-            if (i < len(inputs) or not inputs) and m.dtype not in conv.dtypes:
-                return Support(False, conv.dtype_reason(op_type(node), m.dtype),
-                               code=ReasonCode.UNSUPPORTED_DTYPE)
             if m.device.type != "cpu":
                 return Support(False, f"tensor on {m.device} (disc-torch compiles CPU "
                                "tensors)", code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
@@ -97,24 +94,17 @@ def node_support(node: torch.fx.Node) -> Support:
             except UnsupportedSize as exc:
                 return Support(False, f"{op_type(node)}: {exc}",
                                code=ReasonCode.DATA_DEPENDENT_SHAPE)
-    reason = conv.unsupported_attribute(node)
-    if reason:
-        return Support(False, f"{op_type(node)}: {reason}",
-                       code=ReasonCode.UNSUPPORTED_ATTRIBUTE)
-    return _trial(node)
+    return precheck(CONVERTERS, target, op_type(node), node=node) or \
+        trial(op_type(node), lambda: _lower_alone(node))
 
 
-def _trial(node: torch.fx.Node) -> Support:
+def _lower_alone(node: torch.fx.Node) -> None:
     ctx = Lowering(f"trial_{node.name}")
-    try:
-        for i, arg in enumerate(_tensor_args(node)):
-            ctx.add_input(arg, f"in{i}")
-        out = convert_node(ctx, node)
-        outs = [v for v in (out if isinstance(out, tuple) else (out,)) if v is not None]
-        finish_graph(ctx, outs, [], {}, None)
-    except Exception as exc:  # any converter limit: this node stays in torch
-        return Support(False, f"{op_type(node)}: {exc}", code=reason_of(exc))
-    return Support.yes()
+    for i, arg in enumerate(_tensor_args(node)):
+        ctx.add_input(arg, f"in{i}")
+    out = convert_node(ctx, node)
+    outs = [v for v in (out if isinstance(out, tuple) else (out,)) if v is not None]
+    finish_graph(ctx, outs, [], {}, None)
 
 
 def getitem_support(node: torch.fx.Node, producer: Support | None) -> Support:

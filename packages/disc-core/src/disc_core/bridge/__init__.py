@@ -15,6 +15,9 @@ functions and its execution glue; everything else a bridge needs is here, once:
   results against what the framework recorded (``Expected`` dtype and dims).
 * :mod:`.broadcast`: the ONE implicit-broadcasting rule (numpy's, with symbolic dims
   left to a run-time check instead of assumed).
+* :mod:`.verdict`: a node's verdict for clustering: the table's checks (``precheck``: a
+  converter exists, takes the dtypes, accepts the attributes) and a trial conversion of
+  the node alone (``trial``), after each bridge's own framework-specific exclusions.
 * :mod:`.compilers`: the per-bridge registry of process-wide compilers and their
   compile counts.
 * :mod:`.fallback`: the fallback warning (``warn_once``) and the bookkeeping of a cluster
@@ -38,6 +41,7 @@ _EXPORTS = {
     "ReasonCode": "reasons", "reason_of": "reasons", "register_reason": "reasons",
     "report_code": "reasons",
     "Converter": "table", "ConverterTable": "table",
+    "precheck": "verdict", "trial": "verdict",
 }
 
 __all__ = sorted(_EXPORTS)
