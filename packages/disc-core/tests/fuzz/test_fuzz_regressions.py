@@ -1,0 +1,42 @@
+"""Every graph the fuzzer (or a bug report) found a native-engine bug with, replayed.
+
+Each ``regressions/*.disc`` file is a graph in the text form with its shape bindings in a
+``// bindings: [...]`` comment line (JSON), and comments saying what went wrong. Add a
+file per fixed fuzz finding: the judgement is the fuzzer's own (fuzz_check.check_case).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from fuzz_check import check_case
+from fuzz_graphs import FuzzCase
+
+from disc_core import Compiler, parse_graph
+from disc_runtime import CompileCache
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+FILES = sorted((Path(__file__).parent / "regressions").glob("*.disc"))
+
+
+def load_case(path: Path) -> FuzzCase:
+    text = path.read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("// bindings:")]
+    return FuzzCase(parse_graph(text), json.loads(line.split(":", 1)[1]), seed=0)
+
+
+def test_there_are_regressions() -> None:
+    assert FILES
+
+
+@pytest.fixture(scope="module")
+def compiler() -> Compiler:
+    return Compiler(CompileCache(tempfile.mkdtemp(prefix="disc-fuzz-reg-")), target="native")
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_regression(compiler: Compiler, path: Path) -> None:
+    check_case(compiler, load_case(path))
