@@ -3,7 +3,7 @@ detected by its sha256 and rebuilt; two processes compiling one cluster at once 
 succeed with one entry; 8 threads calling one executable get right results; 10,000 calls
 grow memory by < 1 MB; without a C compiler DISC warns once and interprets, correctly.
 
-disc-runtime's tests/test_faults.py covers the same promises without a compiler (every
+disc-runtime's tests/test_faults_runtime.py covers the same promises without a compiler (every
 damage to every file, four-process races) and docs/reliability.md lists them all.
 """
 
@@ -145,7 +145,7 @@ _RACER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     import numpy as np
-    import test_faults as t
+    import test_faults_native as t
     from disc_core import Compiler
     from disc_runtime import CompileCache
     cache_dir, go, out = sys.argv[1:4]

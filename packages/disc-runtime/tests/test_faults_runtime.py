@@ -3,7 +3,7 @@ damaged on disk is detected by its sha256 (or its manifest) and the entry rebuil
 processes racing on one key all succeed with one entry; one executable called from 8
 threads at once gives every caller its own right answer; 10,000 calls do not grow memory.
 
-disc-core's tests/test_faults.py repeats the compiler-dependent promises with real native
+disc-core's tests/test_faults_native.py repeats the compiler-dependent promises with real native
 modules (C compilation, dlopen) and covers the missing C compiler.
 """
 
