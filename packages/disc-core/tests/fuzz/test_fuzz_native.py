@@ -10,7 +10,6 @@ graphs (10,400 cases) with a fresh seed, or ``DISC_FUZZ_SEED``'s.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import pytest
 from fuzz_check import check_case
@@ -26,15 +25,11 @@ EXAMPLES = int(os.environ.get("DISC_FUZZ_EXAMPLES", "30"))
 SEED = os.environ.get("DISC_FUZZ_SEED")
 LONG = "DISC_FUZZ_EXAMPLES" in os.environ
 
-_COMPILER: list[Compiler] = []
-
-
-def compiler() -> Compiler:
-    """One compiler and cache for the session (hypothesis calls the test many times)."""
-    if not _COMPILER:
-        _COMPILER.append(Compiler(CompileCache(tempfile.mkdtemp(prefix="disc-fuzz-")),
-                                  target="native"))
-    return _COMPILER[0]
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory) -> Compiler:
+    """One compiler and cache for all examples (hypothesis calls the test many times), in
+    pytest's temporary directory (removed with old sessions: a fuzz run writes ~75 MB)."""
+    return Compiler(CompileCache(tmp_path_factory.mktemp("fuzz-cache")), target="native")
 
 
 def _settings(test):
@@ -51,6 +46,6 @@ def _settings(test):
 
 
 @_settings
-@given(fuzz_cases())
-def test_native_matches_the_interpreter(case: FuzzCase) -> None:
-    check_case(compiler(), case)
+@given(case=fuzz_cases())
+def test_native_matches_the_interpreter(compiler: Compiler, case: FuzzCase) -> None:
+    check_case(compiler, case)

@@ -8,7 +8,6 @@ file per fixed fuzz finding: the judgement is the fuzzer's own (fuzz_check.check
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,8 +32,9 @@ def test_there_are_regressions() -> None:
 
 
 @pytest.fixture(scope="module")
-def compiler() -> Compiler:
-    return Compiler(CompileCache(tempfile.mkdtemp(prefix="disc-fuzz-reg-")), target="native")
+def compiler(tmp_path_factory) -> Compiler:
+    return Compiler(CompileCache(tmp_path_factory.mktemp("fuzz-regressions")),
+                    target="native")
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
