@@ -35,6 +35,7 @@ class Tally:
     graphs: int = 0
     native_graphs: int = 0
     cases: int = 0  #: (graph, shape binding) pairs compared
+    native_cases: int = 0  #: of those, pairs the native engine ran
     both_rejected: int = 0  #: bindings both engines refused (invalid sizes): compared too
     elements: int = 0
     failures: int = 0
@@ -48,8 +49,9 @@ class Tally:
     def summary(self) -> str:
         secs = time.perf_counter() - self.started
         lines = [
-            f"fuzz: {self.cases} cases ((graph, binding) pairs) over {self.graphs} graphs "
-            f"({self.native_graphs} compiled natively), {self.both_rejected} bindings "
+            f"fuzz: {self.cases} cases ((graph, binding) pairs, {self.native_cases} of them "
+            f"native) over {self.graphs} graphs ({self.native_graphs} compiled natively), "
+            f"{self.both_rejected} bindings "
             f"rejected by both engines, {self.elements} output elements compared, "
             f"{self.failures} failing calls, {secs:.0f} s",
             f"  dtypes: {dict(self.dtypes.most_common())}",
@@ -136,8 +138,10 @@ def _fallback_reason(metadata: dict) -> str:
     return reason.splitlines()[0][:120]
 
 
-def check_case(compiler: Compiler, case: FuzzCase) -> None:
-    """Compile ``case.graph`` once, run every binding, raise on the first difference."""
+def check_case(compiler: Compiler, case: FuzzCase, *, require_native: bool = False) -> None:
+    """Compile ``case.graph`` once, run every binding, raise on the first difference.
+    ``require_native``: an interpreter fallback fails too (regressions of graphs the native
+    engine once rejected)."""
     graph = case.graph
     text = print_graph(graph)
     try:
@@ -159,6 +163,9 @@ def check_case(compiler: Compiler, case: FuzzCase) -> None:
         else:
             TALLY.fallbacks[_fallback_reason(exe.artifact.metadata)] += 1
     loosest = loosest_float(graph)
+    if require_native and not native:
+        _fail(case, "rejected", "the native engine rejected the graph: "
+              f"{_fallback_reason(exe.artifact.metadata)}", text)
     rng = np.random.default_rng(case.seed)
     for k, env in enumerate(case.bindings):
         inputs = random_inputs(graph, env, rng, specials=(k == 0))
@@ -172,6 +179,7 @@ def check_case(compiler: Compiler, case: FuzzCase) -> None:
                 with TALLY.lock:
                     TALLY.both_rejected += 1
                     TALLY.cases += 1
+                    TALLY.native_cases += native
                 continue
             _fail(case, "accepted-invalid", f"{where}: the interpreter raised {exc!r}, the "
                   f"native engine ran", text)
@@ -188,6 +196,7 @@ def check_case(compiler: Compiler, case: FuzzCase) -> None:
                       f"{where}: output {i} ({graph.outputs[i].type}): {problem}", text)
         with TALLY.lock:
             TALLY.cases += 1
+            TALLY.native_cases += native
             TALLY.elements += sum(w.size for w in want)
 
 

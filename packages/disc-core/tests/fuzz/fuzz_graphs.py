@@ -491,8 +491,8 @@ class _Gen:
 #: the dtype of a graph's main input, by percentile: mostly f32, as in models. Hypothesis
 #: favours the ends of a range, so the ends are f32 and bool, not the half types (which
 #: only check the interpreter fallback).
-DTYPE_RANGES = ((55, "f32"), (70, "f64"), (74, "i32"), (78, "i64"), (82, "i8"), (86, "i16"),
-                (90, "u8"), (94, "f16"), (96, "bf16"), (100, "bool"))
+DTYPE_RANGES = ((55, "f32"), (68, "f64"), (73, "i32"), (78, "i64"), (83, "i8"), (88, "i16"),
+                (93, "u8"), (95, "f16"), (96, "bf16"), (100, "bool"))
 
 
 def _dtype(percentile: int) -> str:

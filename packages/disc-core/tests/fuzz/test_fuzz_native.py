@@ -3,8 +3,8 @@ saw, against the reference interpreter (fuzz_graphs.py says what is generated, a
 fuzz_check.py how results are judged).
 
 ``DISC_FUZZ_EXAMPLES`` graphs are drawn (4 shape bindings each). The default is the slice
-the ``core`` env runs (30 graphs, a fixed seed: CI is deterministic); the ``fuzz`` env runs 2,600
-graphs (10,400 cases) with a fresh seed, or ``DISC_FUZZ_SEED``'s.
+the ``core`` env runs (30 graphs, a fixed seed: CI is deterministic); the ``fuzz`` env runs
+2,750 graphs (11,000 cases) with a fresh seed, or ``DISC_FUZZ_SEED``'s.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Every graph the fuzzer (or a bug report) found a native-engine bug with, replayed.
 
 Each ``regressions/*.disc`` file is a graph in the text form with its shape bindings in a
-``// bindings: [...]`` comment line (JSON), and comments saying what went wrong. Add a
-file per fixed fuzz finding: the judgement is the fuzzer's own (fuzz_check.check_case).
+``// bindings: [...]`` comment line (JSON), and comments saying what went wrong. A line
+``// expect: native`` also fails the test when the graph falls back to the interpreter (for
+findings where the native engine rejected a graph). Add a file per fixed fuzz finding: the
+judgement is the fuzzer's own (fuzz_check.check_case).
 """
 
 from __future__ import annotations
@@ -39,4 +41,5 @@ def compiler(tmp_path_factory) -> Compiler:
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_regression(compiler: Compiler, path: Path) -> None:
-    check_case(compiler, load_case(path))
+    check_case(compiler, load_case(path),
+               require_native="// expect: native" in path.read_text().splitlines())
