@@ -443,13 +443,16 @@ class _Gen:
         self.pool.add(self.b.convert(v, dtype=to), exact)
 
     def op_iota(self) -> None:
+        """``v + iota``. EXCLUDED until fuzz-findings/03 is fixed: an iota that other ops
+        may read. An iota read under two index maps in one loop kernel (directly and
+        through reverse or transpose) gives the unmapped values to both reads, so the iota
+        is read once here, by the add, and never enters the pool."""
         v = self.any_value(min_rank=1)
-        if not v.rank:
+        if not v.rank or v.dtype.is_bool:
             return
         dim = self.draw(st.integers(0, v.rank - 1))
-        dt = v.dtype if not v.dtype.is_bool else DType.I32
-        io = self.b.op("iota", shape=list(v.shape), dimension=dim, dtype=dt)
-        self.pool.add(io, True)
+        io = self.b.op("iota", shape=list(v.shape), dimension=dim, dtype=v.dtype)
+        self.pool.add(self.b.add(v, io), self.pool.is_exact(v) and not v.dtype.is_float)
 
     def op_dot(self) -> None:
         v = self.main_value(min_rank=1)
