@@ -4,7 +4,10 @@ A directory (rather than one archive file) because engines need real files: the 
 will ``ctypes.CDLL`` a ``native/module.so`` straight from the artifact, and the compile cache
 publishes artifacts with one atomic ``os.rename``. The manifest records a sha256 per file so
 that a truncated write, a half-copied directory or a tampered file is *detected* instead of
-being executed; the runtime never trusts an artifact that fails that check.
+being executed; the runtime never trusts an artifact that fails that check. The manifest
+itself is sealed by ``manifest.sha256`` (the sha256 of its bytes): a damaged manifest that
+is still valid JSON (a flipped byte in a dim name, the engine, the metadata) is detected too.
+Artifacts written before the seal existed load without it; the compile cache requires it.
 
 Manifest (``manifest.json``, format_version 1)::
 
@@ -53,6 +56,7 @@ ARTIFACT_FORMAT = "disc-artifact"
 FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
 MANIFEST_NAME = "manifest.json"
+MANIFEST_DIGEST_NAME = "manifest.sha256"
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
@@ -81,12 +85,12 @@ def _check_relpath(rel: object) -> str:
         or "\0" in rel
         or rel.startswith("/")
         or any(p in ("", ".", "..") for p in parts)
-        or (len(parts) == 1 and rel == MANIFEST_NAME)
+        or (len(parts) == 1 and rel in (MANIFEST_NAME, MANIFEST_DIGEST_NAME))
         or ":" in parts[0]
     ):
         raise ValueError(
             f"invalid artifact file name {rel!r}: use a relative POSIX path without '.', '..' "
-            f"or empty components, other than {MANIFEST_NAME!r}"
+            f"or empty components, other than {MANIFEST_NAME!r} and {MANIFEST_DIGEST_NAME!r}"
         )
     return rel
 
@@ -132,6 +136,8 @@ class Artifact:
         self._dir = directory
         self._manifest = manifest
         self._signature = signature
+        #: whether ``manifest.sha256`` was present and matched when this was loaded/written
+        self.manifest_sealed = True
 
     # -- writing -------------------------------------------------------------------------
 
@@ -194,6 +200,8 @@ class Artifact:
             os.chmod(tmp, 0o755)
             for rel, data in payload.items():
                 _write_synced(tmp / rel, data)
+            _write_synced(tmp / MANIFEST_DIGEST_NAME,
+                          (sha256_bytes(manifest_bytes) + "\n").encode("ascii"))
             _write_synced(tmp / MANIFEST_NAME, manifest_bytes)
             for sub in {(tmp / rel).parent for rel in payload} | {tmp}:
                 _fsync_dir(sub)
@@ -229,8 +237,9 @@ class Artifact:
         manifest_path = root / MANIFEST_NAME
         if not manifest_path.is_file():
             raise ArtifactFormatError(f"{root} is not a DISC artifact: it has no {MANIFEST_NAME}")
+        manifest_bytes = manifest_path.read_bytes()
         try:
-            data = json.loads(manifest_path.read_bytes().decode("utf-8"))
+            data = json.loads(manifest_bytes.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise CorruptArtifactError(
                 f"artifact {root}: {MANIFEST_NAME} is not valid JSON ({exc}); "
@@ -253,6 +262,7 @@ class Artifact:
             )
         signature = _validate_manifest(root, data)
         artifact = cls(root, data, signature)
+        artifact.manifest_sealed = _check_seal(root, manifest_bytes)
         artifact._check_files(hashes=verify)
         return artifact
 
@@ -380,6 +390,27 @@ class Artifact:
             f"Artifact(name={self.name!r}, engine={self.engine!r}, target={self.target!r}, "
             f"directory={str(self._dir)!r})"
         )
+
+
+def _check_seal(root: Path, manifest_bytes: bytes) -> bool:
+    """Compare ``manifest.sha256`` with the manifest's bytes: False when there is no seal
+    (an artifact written before seals existed), :class:`CorruptArtifactError` when it does
+    not match (the manifest or the seal was damaged)."""
+    seal = root / MANIFEST_DIGEST_NAME
+    try:
+        recorded = seal.read_bytes().decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:  # a directory in its place, unreadable
+        raise CorruptArtifactError(f"artifact {root}: {MANIFEST_DIGEST_NAME} is unreadable "
+                                   f"({exc})") from None
+    actual = sha256_bytes(manifest_bytes)
+    if recorded != actual:
+        raise CorruptArtifactError(
+            f"artifact {root}: {MANIFEST_NAME} does not match {MANIFEST_DIGEST_NAME} "
+            f"(sealed sha256 {recorded[:64]!r}, found sha256 {actual}): truncated or modified"
+        )
+    return True
 
 
 def _validate_manifest(root: Path, data: dict[str, Any]) -> Signature:

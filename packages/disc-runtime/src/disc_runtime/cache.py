@@ -16,8 +16,9 @@ either no entry or a complete one. When two processes race, the loser's rename f
 the winner's entry exists; the loser validates the winner's entry, uses it and deletes its
 own. Within one process, a per-key lock prevents two threads from building the same key.
 
-Nothing on disk is trusted: every entry is loaded with full sha256 verification and its
-manifest key must equal the requested key. A corrupt entry is moved aside, deleted,
+Nothing on disk is trusted: every entry is loaded with full sha256 verification (of its
+files, and of the manifest through its ``manifest.sha256`` seal) and its manifest key must
+equal the requested key. A corrupt entry is moved aside, deleted,
 reported with :class:`~disc_runtime.errors.CacheCorruptionWarning` and rebuilt.
 """
 
@@ -296,6 +297,8 @@ class CompileCache:
                 raise CorruptArtifactError(
                     f"manifest key is {artifact.key!r}, expected the entry's key {key}"
                 )
+            if not artifact.manifest_sealed:  # every entry is written sealed: the seal is lost
+                raise CorruptArtifactError(f"{final} has no manifest.sha256")
         except ArtifactNotFoundError:
             return None, False  # removed concurrently (clear() or another discard)
         except (DiscRuntimeError, OSError) as exc:
