@@ -390,6 +390,8 @@ def _merge_horizontally(steps: list[Step], kinds: tuple[str, ...]) -> list[Step]
                 if t.split_concat is not None and any(
                         steps[g].split_concat is not None for g in group):  # type: ignore[union-attr]
                     continue  # one split inner loop per kernel
+                if not all(_maps_agree(steps[g], t) for g in group):  # type: ignore[arg-type]
+                    continue
                 group.append(m)
             if len(group) > 1:
                 s = _merge([steps[g] for g in group])  # type: ignore[misc]
@@ -397,6 +399,14 @@ def _merge_horizontally(steps: list[Step], kinds: tuple[str, ...]) -> list[Step]
                 _contract(reach, group)
         merged.append(s)
     return merged
+
+
+def _maps_agree(a: Kernel, b: Kernel) -> bool:
+    """Whether every value both kernels compute follows one dim map in both: a merged
+    kernel has one map per value. Independent kernels share only duplicable values (an
+    iota, a constant broadcast), which each computed under its own map: an iota read
+    directly by one and reversed by the other must stay in two kernels."""
+    return all(a.maps[v] == b.maps[v] for v in a.maps.keys() & b.maps.keys())
 
 
 def _fuse_column_epilogues(steps: list[Step], graph: Graph) -> list[Step]:
