@@ -122,12 +122,6 @@ def _mapped(path: Path) -> list[str]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
-@pytest.mark.xfail(strict=True, reason=(
-    "disc_runtime.native.NativeModule dlopens the entry's module.so by path; after the entry "
-    "is rebuilt in the same process, dlopen matches the path of the module it loaded "
-    "before and returns that one: the process keeps running the discarded (possibly "
-    "damaged) file. Fix in native.py (load each file under a unique name); then drop this "
-    "marker."))
 def test_rebuilt_entry_is_the_module_that_runs(pristine, tmp_path) -> None:
     root = copy_of(pristine, tmp_path / "cache")
     entry = entry_of(CompileCache(root))

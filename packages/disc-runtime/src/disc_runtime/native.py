@@ -12,9 +12,12 @@ build is installed (see :func:`blas_functions`).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import glob
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -355,11 +358,33 @@ def find_blas() -> tuple[int, int]:
     return blas_functions()[:2]
 
 
+_link_dir: str | None = None
+_link_lock = threading.Lock()
+
+
+def _load_path(path: str) -> str:
+    """The name to dlopen ``path`` under: a per-process symlink named by the file's device
+    and inode. dlopen returns the module it already loaded under the same name, so loading
+    a rebuilt cache entry (a new file at the same path) by its path would keep running
+    the discarded file (SIGBUS if that was truncated); a name per file identity loads the
+    new one, while the same file still maps once."""
+    global _link_dir
+    st = os.stat(path)
+    with _link_lock:
+        if _link_dir is None:
+            _link_dir = tempfile.mkdtemp(prefix=f"disc-modules-{os.getpid()}-")
+            atexit.register(shutil.rmtree, _link_dir, True)
+        link = os.path.join(_link_dir, f"{st.st_dev}-{st.st_ino}.so")
+        if not os.path.lexists(link):
+            os.symlink(os.path.abspath(path), link)
+    return link
+
+
 class NativeModule:
     """A loaded module plus the signature facts a call needs."""
 
     def __init__(self, artifact: Artifact):
-        self.lib = _ffi.dlopen(str(artifact.path(MODULE_FILE)))
+        self.lib = _ffi.dlopen(_load_path(str(artifact.path(MODULE_FILE))))
         abi = self.lib.disc_abi_version()
         if abi != ABI_VERSION:
             raise EngineError(f"native module ABI {abi}, this disc-runtime speaks {ABI_VERSION}: "
