@@ -17,11 +17,12 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from disc_core.bridge.launch import LaunchLibrary, publish, write_build_headers
 from disc_runtime.cache import default_cache_dir
-from disc_runtime.native import ABI_TYPES, ABI_VERSION
+from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
 
 __all__ = ["MAX_OUTPUTS", "CustomOpUnavailable", "OpLibrary", "build_count", "library_dir",
            "load_library", "op_name"]
@@ -45,32 +46,14 @@ def op_name(num_outputs: int) -> str:
 
 @dataclass
 class OpLibrary:
-    """The loaded library: its path and its C helpers (failures, stats, BLAS, test hook)."""
+    """The loaded library: its path and its C bookkeeping (failures, stats, test hook:
+    :class:`disc_core.bridge.launch.LaunchLibrary`, ``take_failures``, ``stats`` ...)."""
 
     path: Path
-    cdll: ctypes.CDLL
-    _size: int = field(default=4096)
+    launch: LaunchLibrary
 
-    def take_failures(self) -> list[tuple[str, str]]:
-        """The (cluster key, message) launch failures recorded since the last call."""
-        size = self._size
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            need = self.cdll.disc_paddle_take_failures(buf, ctypes.c_int64(size))
-            if need < size:
-                text = buf.value.decode(errors="replace")
-                return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
-            size = need + 1
-
-    def stats(self, key: str) -> tuple[int, float]:
-        """(calls run by DISC, seconds in DISC) of one cluster key."""
-        calls, secs = ctypes.c_int64(), ctypes.c_double()
-        self.cdll.disc_paddle_stats(key.encode(), ctypes.byref(calls), ctypes.byref(secs))
-        return calls.value, secs.value
-
-    def inject_failures(self, n: int) -> None:
-        """Test hook: the next ``n`` module runs fail as if the module reported an error."""
-        self.cdll.disc_paddle_inject_failures(ctypes.c_int64(n))
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.launch, name)
 
 
 _lock = threading.Lock()
@@ -89,8 +72,8 @@ def _key() -> str:
     import paddle
 
     h = hashlib.sha256()
-    for part in (paddle.__version__, SOURCE.read_text(), ABI_TYPES, str(ABI_VERSION),
-                 str(MAX_OUTPUTS)):
+    for part in (paddle.__version__, SOURCE.read_text(), ABI_TYPES, launch_support_header(),
+                 str(ABI_VERSION), str(MAX_OUTPUTS)):
         h.update(part.encode())
     return f"paddle{paddle.__version__}-{h.hexdigest()[:16]}"
 
@@ -123,7 +106,7 @@ def _build(target: Path) -> ctypes.CDLL:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     try:
-        (tmp / "disc_abi.h").write_text("#pragma once\n#include <stdint.h>\n" + ABI_TYPES)
+        write_build_headers(tmp)
         (tmp / "disc_launch_ops.inc").write_text(_registrations())
         (tmp / "build").mkdir()
         name = "disc_paddle_ops_" + target.parent.name.replace(".", "_").replace("-", "_")
@@ -138,9 +121,7 @@ def _build(target: Path) -> ctypes.CDLL:
         if not built:
             raise CustomOpUnavailable("the Paddle extension builder produced no library")
         cdll = ctypes.CDLL(str(built[0]))  # mapped: removing the file below keeps it
-        final = target.parent / f".{target.name}.{os.getpid()}"
-        shutil.copyfile(built[0], final)
-        os.replace(final, target)  # atomic: readers see no file or the whole new one
+        publish(built[0], target)
         _builds += 1
         return cdll
     finally:
@@ -170,13 +151,8 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
             except CustomOpUnavailable as exc:
                 _failed[target] = exc
                 raise
-        cdll.disc_paddle_take_failures.restype = ctypes.c_int64
-        cdll.disc_paddle_stats.restype = ctypes.c_int64
-        from disc_runtime import native
-
-        fns = native.blas_functions()
-        cdll.disc_paddle_set_blas(*(ctypes.c_void_p(f or None) for f in (
-            fns.sgemm, fns.dgemm, fns.set_num_threads_local, fns.sgemm_rowmajor)))
-        lib = OpLibrary(target, cdll)
+        launch = LaunchLibrary(cdll, "disc_paddle")
+        launch.use_process_blas()
+        lib = OpLibrary(target, launch)
         _loaded[target] = lib
         return lib

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import cffi
@@ -66,6 +67,14 @@ int64_t disc_abi_version(void);
 int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in,
                  const disc_env *env, char *err, int64_t errlen);
 """
+
+
+def launch_support_header() -> str:
+    """The C++ header every framework's launch op includes after ``disc_abi.h``
+    (``csrc/disc_launch_support.h``): loading and calling a module with the process's BLAS,
+    and the failure, stats and test-hook entry points its bridge reads from Python."""
+    return (Path(__file__).parent / "csrc" / "disc_launch_support.h").read_text()
+
 
 # cffi rather than ctypes: a call plus its output callback costs a few microseconds,
 # which is the per-call overhead budget for small tensors.

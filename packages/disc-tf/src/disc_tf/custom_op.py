@@ -16,14 +16,15 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
+from disc_core.bridge.launch import LaunchLibrary, publish, write_build_headers
 from disc_runtime.cache import default_cache_dir
-from disc_runtime.native import ABI_TYPES, ABI_VERSION
+from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
 
 __all__ = ["CustomOpUnavailable", "OpLibrary", "build_count", "library_dir", "load_library"]
 
@@ -37,41 +38,30 @@ class CustomOpUnavailable(RuntimeError):
 
 @dataclass
 class OpLibrary:
-    """The loaded op library: the op wrapper module and the library's C helpers."""
+    """The loaded op library: the op wrapper module and the library's C bookkeeping
+    (failures, stats, test hook: :class:`disc_core.bridge.launch.LaunchLibrary`)."""
 
     path: Path
     module: Any  # what tf.load_op_library returned
     cdll: ctypes.CDLL
-    _failures: ctypes.c_int64 = field(default_factory=ctypes.c_int64)
-    _nanos: ctypes.c_int64 = field(default_factory=ctypes.c_int64)
+    launch: LaunchLibrary
 
     def totals(self) -> tuple[int, float]:
         """(runtime failures recorded so far, seconds spent in DISC modules so far), over
         every cluster: one C call, cheap enough for every eager call."""
-        self.cdll.disc_tf_totals(ctypes.byref(self._failures), ctypes.byref(self._nanos))
-        return self._failures.value, 1e-9 * self._nanos.value
+        return self.launch.totals()
 
     def take_failures(self) -> list[tuple[str, str]]:
         """The (cluster key, message) runtime failures recorded since the last call."""
-        size = 4096
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            need = self.cdll.disc_tf_take_failures(buf, ctypes.c_int64(size))
-            if need < size:
-                text = buf.value.decode(errors="replace")
-                return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
-            size = need + 1
+        return self.launch.take_failures()
 
     def stats(self, key: str) -> tuple[int, int, float]:
         """(calls run by DISC, calls run by the fallback subgraph, seconds in DISC)."""
-        calls, fallback, secs = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_double()
-        self.cdll.disc_tf_stats(key.encode(), ctypes.byref(calls), ctypes.byref(fallback),
-                                ctypes.byref(secs))
-        return calls.value, fallback.value, secs.value
+        return self.launch.stats(key)
 
     def inject_failures(self, n: int) -> None:
         """Test hook: the next ``n`` module runs fail as if the module reported an error."""
-        self.cdll.disc_tf_inject_failures(ctypes.c_int64(n))
+        self.launch.inject_failures(n)
 
 
 _lock = threading.Lock()
@@ -92,6 +82,7 @@ def _key() -> str:
     h.update(tf.__version__.encode())
     h.update(SOURCE.read_bytes())
     h.update(ABI_TYPES.encode())
+    h.update(launch_support_header().encode())
     h.update(str(ABI_VERSION).encode())
     h.update(" ".join(tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()).encode())
     return f"tf{tf.__version__}-{h.hexdigest()[:16]}"
@@ -126,7 +117,7 @@ def _build(target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     try:
-        (tmp / "disc_abi.h").write_text("#pragma once\n#include <stdint.h>\n" + ABI_TYPES)
+        write_build_headers(tmp)
         out = tmp / LIB_NAME
         cmd = [_compiler(), "-std=c++17", "-shared", "-fPIC", "-O2", "-w", str(SOURCE),
                f"-I{tmp}", "-o", str(out), *tf.sysconfig.get_compile_flags(),
@@ -135,9 +126,7 @@ def _build(target: Path) -> None:
         if proc.returncode != 0:
             raise CustomOpUnavailable("building the DiscLaunch op failed:\n" +
                                       proc.stderr[-4000:])
-        final = target.parent / f".{target.name}.{os.getpid()}"
-        os.replace(out, final)
-        os.replace(final, target)  # atomic: readers see the old file or the whole new one
+        publish(out, target)
         _builds += 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -160,13 +149,8 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
                 raise
         module = tf.load_op_library(str(target))
         cdll = ctypes.CDLL(str(target))
-        cdll.disc_tf_take_failures.restype = ctypes.c_int64
-        cdll.disc_tf_stats.restype = ctypes.c_int64
-        from disc_runtime import native
-
-        fns = native.blas_functions()
-        cdll.disc_tf_set_blas(*(ctypes.c_void_p(f or None) for f in (
-            fns.sgemm, fns.dgemm, fns.set_num_threads_local, fns.sgemm_rowmajor)))
-        lib = OpLibrary(target, module, cdll)
+        launch = LaunchLibrary(cdll, "disc_tf")
+        launch.use_process_blas()
+        lib = OpLibrary(target, module, cdll, launch)
         _loaded[target] = lib
         return lib

@@ -18,6 +18,9 @@ functions and its execution glue; everything else a bridge needs is here, once:
 * :mod:`.verdict`: a node's verdict for clustering: the table's checks (``precheck``: a
   converter exists, takes the dtypes, accepts the attributes) and a trial conversion of
   the node alone (``trial``), after each bridge's own framework-specific exclusions.
+* :mod:`.launch`: the Python side of a framework's launch op (the custom op that runs a
+  module inside the framework's executor): build headers, atomic publication, and
+  ``LaunchLibrary`` over the bookkeeping entry points of ``disc_launch_support.h``.
 * :mod:`.compilers`: the per-bridge registry of process-wide compilers and their
   compile counts.
 * :mod:`.fallback`: the fallback warning (``warn_once``) and the bookkeeping of a cluster
@@ -42,6 +45,7 @@ _EXPORTS = {
     "report_code": "reasons",
     "Converter": "table", "ConverterTable": "table",
     "precheck": "verdict", "trial": "verdict",
+    "LaunchLibrary": "launch", "publish": "launch", "write_build_headers": "launch",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -11,20 +11,19 @@
 // (disc_tf_take_failures), which warns once and records it in the coverage report.
 //
 // disc_abi.h is generated at build time from disc_runtime.native.ABI_TYPES, the one
-// definition of the C contract between modules and their callers.
+// definition of the C contract between modules and their callers; disc_launch_support.h
+// (disc-runtime's, shared with the other bridges' launch ops) loads and calls modules and
+// keeps the failure and stats bookkeeping the Python side reads (disc_tf_* entry points).
 
-#include <dlfcn.h>
-
-#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "disc_abi.h"
+#include "disc_launch_support.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -39,35 +38,6 @@ using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
-
-typedef int64_t (*disc_run_fn)(void *const *, const int64_t *, int64_t, const disc_env *,
-                               char *, int64_t);
-typedef int64_t (*disc_abi_fn)(void);
-
-// Process-wide state shared with Python through the extern "C" functions below.
-std::mutex g_mu;
-std::string g_failures;                  // "key\tmessage\n" records not yet taken
-std::atomic<int64_t> g_inject{0};        // test hook: fail this many next runs
-void *g_sgemm = nullptr, *g_dgemm = nullptr, *g_blas_local = nullptr, *g_sgemm_rm = nullptr;
-struct Stats {
-  int64_t calls = 0, fallback_calls = 0;
-  double seconds = 0.0;
-};
-std::unordered_map<std::string, Stats> g_stats;
-// totals over every key, read on each eager call (one lock-free read, no map lookups)
-std::atomic<int64_t> g_failure_count{0};
-std::atomic<int64_t> g_disc_nanos{0};
-char g_nonnull[1];  // the address handed out for zero-size buffers
-
-void RecordFailure(const std::string &key, const std::string &message) {
-  std::string clean = message;
-  for (char &ch : clean) {
-    if (ch == '\n' || ch == '\t') ch = ' ';
-  }
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_failures += key + "\t" + clean + "\n";
-  g_failure_count.fetch_add(1);
-}
 
 // Outputs are allocated as temporaries and handed to TensorFlow only once the module
 // has succeeded: a module that fails after allocating some outputs (a run-time dim check
@@ -102,7 +72,7 @@ void *Allocate(void *opaque, int64_t index, int64_t rank, const int64_t *shape) 
     return nullptr;
   }
   state->allocated[index] = true;
-  if (out->NumElements() == 0) return g_nonnull;
+  if (out->NumElements() == 0) return disc_launch::NonNull();
   return const_cast<char *>(out->tensor_data().data());
 }
 
@@ -116,31 +86,7 @@ class DiscLaunchOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("input_ranks", &input_ranks_));
     int64_t abi = 0;
     OP_REQUIRES_OK(c, c->GetAttr("abi_version", &abi));
-    if (path_.empty()) {
-      load_error_ = "no compiled module";
-      return;
-    }
-    handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) {
-      const char *e = dlerror();
-      load_error_ = std::string("cannot load ") + path_ + ": " + (e ? e : "unknown error");
-      return;
-    }
-    auto version = reinterpret_cast<disc_abi_fn>(dlsym(handle_, "disc_abi_version"));
-    run_ = reinterpret_cast<disc_run_fn>(dlsym(handle_, "disc_run"));
-    if (version == nullptr || run_ == nullptr) {
-      load_error_ = path_ + " is not a DISC module (no disc_run / disc_abi_version)";
-      run_ = nullptr;
-    } else if (version() != abi) {
-      load_error_ = "module ABI " + std::to_string(version()) + ", expected " +
-                    std::to_string(abi);
-      run_ = nullptr;
-    }
-  }
-
-  ~DiscLaunchOp() override {
-    // modules stay loaded: another kernel instance may share the handle (dlopen refcounts)
-    if (handle_ != nullptr) dlclose(handle_);
+    run_ = disc_launch::OpenModule(path_, abi, &load_error_);
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
@@ -151,26 +97,20 @@ class DiscLaunchOp : public AsyncOpKernel {
       } else {
         auto start = std::chrono::steady_clock::now();
         if (RunModule(ctx, &error)) {
-          auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now() - start).count();
-          double secs = 1e-9 * static_cast<double>(nanos);
-          g_disc_nanos.fetch_add(nanos);
-          std::lock_guard<std::mutex> lock(g_mu);
-          Stats &st = g_stats[key_];
-          st.calls += 1;
-          st.seconds += secs;
+          disc_launch::RecordCall(key_, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - start).count());
           done();
           return;
         }
       }
-      if (!failed_.exchange(true)) RecordFailure(key_, error);
+      if (!failed_.exchange(true)) disc_launch::RecordFailure(key_, error);
     }
     RunFallback(ctx, std::move(done));
   }
 
  private:
   bool RunModule(OpKernelContext *ctx, std::string *error) {
-    if (g_inject.load() > 0 && g_inject.fetch_sub(1) > 0) {
+    if (disc_launch::TakeInjected()) {
       *error = "injected runtime failure (test hook)";
       return false;
     }
@@ -193,29 +133,20 @@ class DiscLaunchOp : public AsyncOpKernel {
     std::vector<int64_t> dims;
     for (int i = 0; i < n; ++i) {
       const Tensor &t = ctx->input(i);
-      data[i] = t.NumElements() == 0 ? static_cast<void *>(g_nonnull)
+      data[i] = t.NumElements() == 0 ? static_cast<void *>(disc_launch::NonNull())
                                      : const_cast<char *>(t.tensor_data().data());
       for (int d = 0; d < t.dims(); ++d) dims.push_back(t.dim_size(d));
     }
     AllocState state{ctx, std::vector<Tensor>(ctx->num_outputs()),
                      std::vector<bool>(ctx->num_outputs(), false), ""};
-    disc_env env;
-    std::memset(&env, 0, sizeof(env));
-    env.alloc = &Allocate;
-    env.alloc_ctx = &state;
-    env.sgemm = g_sgemm;
-    env.dgemm = g_dgemm;
-    env.counters = nullptr;
-    env.blas_threads_local = reinterpret_cast<int (*)(int)>(g_blas_local);
-    env.sgemm_rowmajor = g_sgemm_rm;
-    char err[512] = {0};
-    int64_t rc = run_(data.data(), dims.data(), n, &env, err, sizeof(err));
+    std::string run_error;
+    bool ok = disc_launch::Run(run_, data.data(), dims.data(), n, &Allocate, &state, &run_error);
     if (!state.error.empty()) {
       *error = state.error;
       return false;
     }
-    if (rc != 0) {
-      *error = err[0] ? std::string(err) : "disc_run returned " + std::to_string(rc);
+    if (!ok) {
+      *error = run_error;
       return false;
     }
     for (int i = 0; i < ctx->num_outputs(); ++i) {
@@ -245,10 +176,7 @@ class DiscLaunchOp : public AsyncOpKernel {
         handle = it->second;
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      g_stats[key_].fallback_calls += 1;
-    }
+    disc_launch::RecordFallback(key_);
     std::vector<Tensor> args;
     args.reserve(ctx->num_inputs());
     for (int i = 0; i < ctx->num_inputs(); ++i) args.push_back(ctx->input(i));
@@ -274,8 +202,7 @@ class DiscLaunchOp : public AsyncOpKernel {
   int64_t num_module_inputs_ = 0;
   std::vector<int64_t> input_ranks_;
   NameAttrList fallback_;
-  void *handle_ = nullptr;
-  disc_run_fn run_ = nullptr;
+  disc_launch::RunFn run_ = nullptr;
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::unordered_map<FunctionLibraryRuntime *, FunctionLibraryRuntime::Handle> handles_;
@@ -309,50 +236,4 @@ REGISTER_OP("DiscLaunch")
 
 REGISTER_KERNEL_BUILDER(Name("DiscLaunch").Device(tensorflow::DEVICE_CPU), DiscLaunchOp);
 
-extern "C" {
-
-// The BLAS entry points modules call (disc_runtime.native.blas_functions: numpy's
-// OpenBLAS, and oneDNN's row-major sgemm when it is installed).
-void disc_tf_set_blas(void *sgemm, void *dgemm, void *threads_local, void *sgemm_rowmajor) {
-  g_sgemm = sgemm;
-  g_dgemm = dgemm;
-  g_blas_local = threads_local;
-  g_sgemm_rm = sgemm_rowmajor;
-}
-
-// Copies the queued failure records ("key\tmessage\n"...) into buf and clears the queue;
-// returns the length needed (call again with a larger buffer when it exceeds len).
-int64_t disc_tf_take_failures(char *buf, int64_t len) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  int64_t need = static_cast<int64_t>(g_failures.size());
-  if (need < len) {
-    std::memcpy(buf, g_failures.data(), g_failures.size());
-    buf[need] = 0;
-    g_failures.clear();
-  }
-  return need;
-}
-
-// Calls, fallback calls and seconds in DISC of one cluster key so far.
-int64_t disc_tf_stats(const char *key, int64_t *calls, int64_t *fallback_calls,
-                      double *seconds) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = g_stats.find(key);
-  if (it == g_stats.end()) return 0;
-  *calls = it->second.calls;
-  *fallback_calls = it->second.fallback_calls;
-  *seconds = it->second.seconds;
-  return 1;
-}
-
-// Failure records queued so far and nanoseconds spent in DISC modules so far, over every
-// key: what an eager call checks (cheaply) to time its fallback ops and spot new failures.
-void disc_tf_totals(int64_t *failures, int64_t *disc_nanos) {
-  *failures = g_failure_count.load();
-  *disc_nanos = g_disc_nanos.load();
-}
-
-// Test hook: the next n module runs fail as if the module had reported an error.
-void disc_tf_inject_failures(int64_t n) { g_inject.store(n); }
-
-}  // extern "C"
+DISC_LAUNCH_EXPORTS(disc_tf)

@@ -1,0 +1,83 @@
+"""The Python side of a framework's launch op (a custom op that runs a DISC module inside the
+framework's executor: disc-tf's ``DiscLaunch``, disc-paddle's ``disc_launch_<N>``).
+
+Each launch op's C++ source includes disc-runtime's ``disc_launch_support.h`` (module
+loading, the call with the process's BLAS, failure and stats bookkeeping) and exports its
+entry points under a prefix of its own; :class:`LaunchLibrary` wraps them.
+:func:`write_build_headers` puts the headers a build needs in its directory, and
+:func:`publish` moves a built library into the cache atomically, so concurrent processes
+never load a half-written one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from pathlib import Path
+
+from disc_runtime.native import ABI_TYPES, blas_functions, launch_support_header
+
+__all__ = ["LaunchLibrary", "publish", "write_build_headers"]
+
+
+def write_build_headers(directory: str | os.PathLike[str]) -> None:
+    """``disc_abi.h`` (the module ABI) and ``disc_launch_support.h`` into ``directory``."""
+    d = Path(directory)
+    (d / "disc_abi.h").write_text("#pragma once\n#include <stdint.h>\n" + ABI_TYPES)
+    (d / "disc_launch_support.h").write_text(launch_support_header())
+
+
+def publish(built: str | os.PathLike[str], target: Path) -> None:
+    """Copy ``built`` to ``target`` atomically (readers see no file or the whole file)."""
+    tmp = target.parent / f".{target.name}.{os.getpid()}"
+    shutil.copyfile(built, tmp)
+    os.replace(tmp, target)
+
+
+class LaunchLibrary:
+    """A loaded launch-op library's bookkeeping entry points, ``<prefix>_take_failures`` and
+    the rest (see ``disc_launch_support.h``)."""
+
+    def __init__(self, cdll: ctypes.CDLL, prefix: str):
+        self.cdll = cdll
+        self._fn = {name: getattr(cdll, f"{prefix}_{name}") for name in
+                    ("set_blas", "take_failures", "stats", "totals", "inject_failures")}
+        self._fn["take_failures"].restype = ctypes.c_int64
+        self._fn["stats"].restype = ctypes.c_int64
+        self._failures = ctypes.c_int64()
+        self._nanos = ctypes.c_int64()
+
+    def use_process_blas(self) -> None:
+        """Hand the library the GEMMs modules call (``disc_runtime.native.blas_functions``)."""
+        fns = blas_functions()
+        self._fn["set_blas"](*(ctypes.c_void_p(f or None) for f in (
+            fns.sgemm, fns.dgemm, fns.set_num_threads_local, fns.sgemm_rowmajor)))
+
+    def totals(self) -> tuple[int, float]:
+        """(failures recorded so far, seconds spent in DISC modules so far), over every
+        cluster: one C call, cheap enough for every eager call."""
+        self._fn["totals"](ctypes.byref(self._failures), ctypes.byref(self._nanos))
+        return self._failures.value, 1e-9 * self._nanos.value
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """The (cluster key, message) launch failures recorded since the last call."""
+        size = 4096
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            need = self._fn["take_failures"](buf, ctypes.c_int64(size))
+            if need < size:
+                text = buf.value.decode(errors="replace")
+                return [tuple(line.split("\t", 1)) for line in text.splitlines() if line]
+            size = need + 1
+
+    def stats(self, key: str) -> tuple[int, int, float]:
+        """(calls run by DISC, calls run by a fallback, seconds in DISC) of one cluster."""
+        calls, fallback, secs = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_double()
+        self._fn["stats"](key.encode(), ctypes.byref(calls), ctypes.byref(fallback),
+                          ctypes.byref(secs))
+        return calls.value, fallback.value, secs.value
+
+    def inject_failures(self, n: int) -> None:
+        """Test hook: the next ``n`` module runs fail as if the module reported an error."""
+        self._fn["inject_failures"](ctypes.c_int64(n))

@@ -1,0 +1,189 @@
+// What every framework's launch op shares (disc-tf's DiscLaunch, disc-paddle's
+// disc_launch_<N>): loading a DISC module, calling it with the process's BLAS, and the
+// process-wide bookkeeping the bridge reads from Python (failures, per-cluster stats, a
+// test hook). A launch op's source includes this header after "disc_abi.h" (generated
+// from disc_runtime.native.ABI_TYPES) and instantiates the C entry points under its own
+// prefix with DISC_LAUNCH_EXPORTS(prefix); disc_core.bridge.launch.LaunchLibrary wraps them.
+
+#pragma once
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace disc_launch {
+
+typedef int64_t (*RunFn)(void *const *, const int64_t *, int64_t, const disc_env *, char *,
+                         int64_t);
+typedef int64_t (*AbiFn)(void);
+
+struct Stats {
+  int64_t calls = 0, fallback_calls = 0;
+  double seconds = 0.0;
+};
+
+inline std::mutex &Mutex() {
+  static std::mutex mu;
+  return mu;
+}
+inline std::string &Failures() {  // "key\tmessage\n" records not yet taken
+  static std::string failures;
+  return failures;
+}
+inline std::unordered_map<std::string, Stats> &StatsByKey() {
+  static std::unordered_map<std::string, Stats> stats;
+  return stats;
+}
+inline std::atomic<int64_t> &Injected() {  // test hook: fail this many next runs
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+// totals over every key, read on each eager call (one lock-free read, no map lookups)
+inline std::atomic<int64_t> &FailureCount() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+inline std::atomic<int64_t> &DiscNanos() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+// the BLAS entry points modules call (disc_runtime.native.blas_functions)
+struct Blas {
+  void *sgemm = nullptr, *dgemm = nullptr, *threads_local = nullptr, *sgemm_rowmajor = nullptr;
+};
+inline Blas &TheBlas() {
+  static Blas blas;
+  return blas;
+}
+inline char *NonNull() {  // the address handed out for zero-size buffers
+  static char byte[1];
+  return byte;
+}
+
+inline void RecordFailure(const std::string &key, const std::string &message) {
+  std::string clean = message;
+  for (char &ch : clean) {
+    if (ch == '\n' || ch == '\t') ch = ' ';
+  }
+  std::lock_guard<std::mutex> lock(Mutex());
+  Failures() += key + "\t" + clean + "\n";
+  FailureCount().fetch_add(1);
+}
+
+inline void RecordCall(const std::string &key, int64_t nanos) {
+  DiscNanos().fetch_add(nanos);
+  std::lock_guard<std::mutex> lock(Mutex());
+  Stats &st = StatsByKey()[key];
+  st.calls += 1;
+  st.seconds += 1e-9 * static_cast<double>(nanos);
+}
+
+inline void RecordFallback(const std::string &key) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  StatsByKey()[key].fallback_calls += 1;
+}
+
+// True once per injected failure (the test hook).
+inline bool TakeInjected() { return Injected().load() > 0 && Injected().fetch_sub(1) > 0; }
+
+// Opens a module and checks its ABI; on failure returns null and says why in *error.
+// The handle stays open: modules are shared by every op instance that names them.
+inline RunFn OpenModule(const std::string &path, int64_t abi, std::string *error) {
+  if (path.empty()) {
+    *error = "no compiled module";
+    return nullptr;
+  }
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char *e = dlerror();
+    *error = std::string("cannot load ") + path + ": " + (e ? e : "unknown error");
+    return nullptr;
+  }
+  auto version = reinterpret_cast<AbiFn>(dlsym(handle, "disc_abi_version"));
+  auto run = reinterpret_cast<RunFn>(dlsym(handle, "disc_run"));
+  if (version == nullptr || run == nullptr) {
+    *error = path + " is not a DISC module (no disc_run / disc_abi_version)";
+    return nullptr;
+  }
+  if (version() != abi) {
+    *error = "module ABI " + std::to_string(version()) + ", expected " + std::to_string(abi);
+    return nullptr;
+  }
+  return run;
+}
+
+// Calls a module on n inputs (their data and, flattened, their dims) with the process's
+// BLAS; outputs come from alloc(alloc_ctx, ...). Returns false and says why in *error.
+inline bool Run(RunFn run, void *const *data, const int64_t *dims, int64_t n,
+                disc_alloc_fn alloc, void *alloc_ctx, std::string *error) {
+  disc_env env;
+  std::memset(&env, 0, sizeof(env));
+  env.alloc = alloc;
+  env.alloc_ctx = alloc_ctx;
+  const Blas &blas = TheBlas();
+  env.sgemm = blas.sgemm;
+  env.dgemm = blas.dgemm;
+  env.counters = nullptr;
+  env.blas_threads_local = reinterpret_cast<int (*)(int)>(blas.threads_local);
+  env.sgemm_rowmajor = blas.sgemm_rowmajor;
+  char err[512] = {0};
+  int64_t rc = run(data, dims, n, &env, err, sizeof(err));
+  if (rc != 0) {
+    *error = err[0] ? std::string(err) : "disc_run returned " + std::to_string(rc);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace disc_launch
+
+// The C entry points a bridge's Python side calls, named <prefix>_set_blas and so on.
+#define DISC_LAUNCH_EXPORTS(prefix)                                                       \
+  extern "C" {                                                                            \
+  void prefix##_set_blas(void *sgemm, void *dgemm, void *threads_local, void *rowmajor) {  \
+    disc_launch::Blas &b = disc_launch::TheBlas();                                        \
+    b.sgemm = sgemm;                                                                      \
+    b.dgemm = dgemm;                                                                      \
+    b.threads_local = threads_local;                                                      \
+    b.sgemm_rowmajor = rowmajor;                                                          \
+  }                                                                                       \
+  /* Copies the queued failure records into buf and clears the queue; returns the     */ \
+  /* length needed (call again with a larger buffer when it is not below len).         */ \
+  int64_t prefix##_take_failures(char *buf, int64_t len) {                                \
+    std::lock_guard<std::mutex> lock(disc_launch::Mutex());                               \
+    std::string &f = disc_launch::Failures();                                             \
+    int64_t need = static_cast<int64_t>(f.size());                                        \
+    if (need < len) {                                                                     \
+      std::memcpy(buf, f.data(), f.size());                                               \
+      buf[need] = 0;                                                                      \
+      f.clear();                                                                          \
+    }                                                                                     \
+    return need;                                                                          \
+  }                                                                                       \
+  /* Calls, fallback calls and seconds in DISC of one cluster key (0: never ran). */      \
+  int64_t prefix##_stats(const char *key, int64_t *calls, int64_t *fallback_calls,        \
+                         double *seconds) {                                               \
+    std::lock_guard<std::mutex> lock(disc_launch::Mutex());                               \
+    auto &all = disc_launch::StatsByKey();                                                \
+    auto it = all.find(key);                                                              \
+    if (it == all.end()) return 0;                                                        \
+    *calls = it->second.calls;                                                            \
+    *fallback_calls = it->second.fallback_calls;                                          \
+    *seconds = it->second.seconds;                                                        \
+    return 1;                                                                             \
+  }                                                                                       \
+  /* Failures recorded and nanoseconds spent in DISC modules so far, over every key. */   \
+  void prefix##_totals(int64_t *failures, int64_t *disc_nanos) {                          \
+    *failures = disc_launch::FailureCount().load();                                       \
+    *disc_nanos = disc_launch::DiscNanos().load();                                        \
+  }                                                                                       \
+  /* Test hook: the next n module runs fail as if the module had reported an error. */    \
+  void prefix##_inject_failures(int64_t n) { disc_launch::Injected().store(n); }          \
+  }
