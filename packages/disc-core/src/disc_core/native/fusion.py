@@ -471,6 +471,9 @@ def _epilogue_host_among(steps: list[Step], n: int, col: Kernel, position: dict[
         if host.split_concat is not None:
             continue
         produced = {id(v) for v in host.outputs}
+        sums = {id(r) for op in host.column_epilogue for r in op.results}
+        if any(id(v) in sums for v in col.inputs):
+            continue  # the host's column sums exist only after its loop, not during it
         col_maps, host_maps = _read_maps(col), _read_maps(host)
         if not any(id(v) in produced or (siblings and v in host_maps and
                                          host_maps[v] == col_maps.get(v))
