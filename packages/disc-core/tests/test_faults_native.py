@@ -294,7 +294,21 @@ def test_missing_c_compiler_warns_once_and_interprets(tmp_path) -> None:
     assert "WARNINGS 1" in lines, r.stdout
     (message,) = [ln for ln in lines if ln.startswith("MESSAGE")]
     assert "no C compiler" in message and "reference interpreter" in message
+    assert f"DISC_CC ({tmp_path / 'no-such-cc'})" in message  # names what was asked for
     assert "needs a C compiler" in next(ln for ln in lines if ln.startswith("NATIVE"))
+
+
+def test_a_named_compiler_that_does_not_run_is_not_replaced(tmp_path, monkeypatch) -> None:
+    """DISC_CC naming nothing runnable is an error naming it, even with cc on PATH."""
+    from disc_core.native.toolchain import CompilerNotFound, find_toolchain
+
+    monkeypatch.setenv("DISC_CC", str(tmp_path / "typo-gcc"))
+    with pytest.raises(CompilerNotFound, match="DISC_CC .*typo-gcc.* is not an executable"):
+        find_toolchain()
+    with pytest.raises(CompilerNotFound, match="the compiler asked for .*nope"):
+        find_toolchain(str(tmp_path / "nope"))
+    monkeypatch.delenv("DISC_CC")
+    assert find_toolchain().cc  # the machine's own compiler, as before
 
 
 def test_catalog_graphs_used_here_exist() -> None:

@@ -39,7 +39,9 @@ _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 CORE_OPTIONS = OptionTable("disc-core", (
     Option("cc", "DISC_CC", None,
            "The C compiler the native engine builds modules with; unset: `$CC`, else the "
-           "first of cc, gcc, clang on `PATH` (none: the reference interpreter, warned once).",
+           "first of cc, gcc, clang on `PATH` (none: the reference interpreter, warned once). "
+           "A DISC_CC that does not run is never replaced by another compiler: the "
+           "interpreter runs, with a warning naming it.",
            env_only=True),
     Option("compile_units", "DISC_COMPILE_UNITS", None,
            "Most translation units a large module is split into and compiled in parallel; "

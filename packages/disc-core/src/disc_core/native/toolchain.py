@@ -190,15 +190,33 @@ def _cpu_flags() -> str:
 
 
 @functools.lru_cache(maxsize=4)
+def _runs(cand: str) -> Toolchain | None:
+    path = shutil.which(cand)
+    if path:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return Toolchain(path, proc.stdout.splitlines()[0] if proc.stdout else path)
+    return None
+
+
 def find_toolchain(cc: str | None = None) -> Toolchain:
-    """The compiler from DISC_CC or CC, else cc/gcc/clang on PATH."""
-    for cand in [cc, CORE_OPTIONS.value("cc"), os.environ.get("CC"), "cc", "gcc", "clang"]:
-        if not cand:
-            continue
-        path = shutil.which(cand)
-        if path:
-            proc = subprocess.run([path, "--version"], capture_output=True, text=True)
-            if proc.returncode == 0:
-                return Toolchain(path, proc.stdout.splitlines()[0] if proc.stdout else path)
+    """The compiler named by ``cc`` or DISC_CC, else CC, else cc/gcc/clang on PATH.
+
+    A compiler named by ``cc`` or DISC_CC is never silently replaced by another: when it
+    does not run, the error says so (a typo in DISC_CC would otherwise build with
+    whatever cc is on PATH, or, with none there, blame the machine)."""
+    named = cc or CORE_OPTIONS.value("cc")
+    if named:
+        found = _runs(named)
+        if found is None:
+            what = "the compiler asked for" if cc else "DISC_CC"
+            raise CompilerNotFound(f"no C compiler: {what} ({named}) is not an executable C "
+                                   "compiler; DISC runs graphs with the reference "
+                                   "interpreter instead")
+        return found
+    for cand in [os.environ.get("CC"), "cc", "gcc", "clang"]:
+        found = _runs(cand) if cand else None
+        if found is not None:
+            return found
     raise CompilerNotFound("no C compiler found (set CC or install gcc); DISC runs graphs "
                            "with the reference interpreter instead")
