@@ -54,7 +54,8 @@ class _Rewriter:
         self.modules = modules
         self.calls: Counter[str] = Counter()
 
-    def __call__(self, program, role: str) -> None:
+    def __call__(self, program, role: str, owner) -> None:
+        assert owner is not None
         self.calls[role] += 1
         launches = []
         for op in program.global_block().ops:
@@ -136,7 +137,7 @@ def test_enabled_rewrites_every_function_traced_while_on(relu_modules) -> None:
     capture.install(rewriter)
     model, ref = _pair()
     model.eval()
-    capture.set_enabled(True)
+    capture.set_enabled(lambda cache: "enabled")
     try:
         static = paddle.jit.to_static(model, input_spec=[InputSpec([None, 5], "float32")],
                                       full_graph=True)
@@ -145,7 +146,7 @@ def test_enabled_rewrites_every_function_traced_while_on(relu_modules) -> None:
             np.testing.assert_allclose(static(x).numpy(), ref(x).numpy(), rtol=1e-5,
                                        atol=1e-6)
     finally:
-        capture.set_enabled(False)
+        capture.set_enabled(None)
     assert rewriter.calls == {"infer": 1}
     with pytest.raises(TypeError, match="paddle.jit.to_static"):
         capture.manage(object())

@@ -13,9 +13,12 @@ backward program's ``%kwarg_*`` inputs, ``builtin.shadow_output`` results), so r
 clusters with launch ops cannot leave a dangling reference behind; a rewrite after
 ``after_append_backward`` could, since Paddle still holds the gradient values there.
 
-Which programs DISC rewrites: those of every ``to_static`` function while :func:`enable`
-is on, and those of the functions :func:`manage` marks (what ``disc_paddle.compile``
-does). Both patches are installed once and do nothing for other programs.
+Which programs DISC rewrites: those of the functions :func:`manage` marks (what
+``disc_paddle.compile`` does) and, while :func:`set_enabled` holds an owner factory, those
+of every ``to_static`` function traced meanwhile. Each marked function has an *owner*
+(whatever the bridge keeps per function: its options, its report entries, the clusters
+that failed); the rewriter gets it with every program. Both patches are installed once
+and do nothing for other programs.
 """
 
 from __future__ import annotations
@@ -26,21 +29,27 @@ from typing import Any
 
 __all__ = ["ProgramRewriter", "enabled", "install", "manage", "set_enabled"]
 
-#: rewrites one program in place; the role is "infer", "forward" or "backward"
-ProgramRewriter = Callable[[Any, str], None]
+#: rewrites one program in place: (program, role, owner); the role is "infer", "forward"
+#: or "backward", the owner what :func:`manage` (or the enabled factory) gave the function
+ProgramRewriter = Callable[[Any, str, Any], None]
 
 _lock = threading.Lock()
 _installed = False
 _rewriter: ProgramRewriter | None = None
-_enabled = False
+#: while set: makes the owner of a to_static function traced without one (its cache)
+_enabled: Callable[[Any], Any] | None = None
 
 
 def _marker_type() -> type:
     from paddle.jit.dy2static.pir_partial_program import PartialProgramLayerHook
 
     class DiscProgramMarker(PartialProgramLayerHook):
-        """Marks a partial program whose forward and backward programs DISC rewrites
-        (the base class's hook methods are no-ops)."""
+        """Marks a partial program whose forward and backward programs DISC rewrites,
+        for ``owner`` (the base class's hook methods are no-ops)."""
+
+        def __init__(self, owner: Any):
+            super().__init__()
+            self.owner = owner
 
     return DiscProgramMarker
 
@@ -62,24 +71,32 @@ def _patch() -> None:
 
     def _build_once(self: Any, cache_key: Any) -> Any:
         concrete, partial = build_once(self, cache_key)
-        if _enabled or getattr(self, "_disc_managed", False):
+        owner = getattr(self, "_disc_owner", None)
+        factory = _enabled
+        if owner is None and factory is not None:
+            owner = self._disc_owner = factory(self)
+        if owner is not None:
             if not any(isinstance(h, marker) for h in getattr(partial, "_hookers", ())):
-                partial.add_hooker(marker())
+                partial.add_hooker(marker(owner))
+            adopt = getattr(owner, "adopt", None)
+            if adopt is not None:
+                adopt(partial)
         return concrete, partial
 
     @switch_to_static_graph
-    def _rewrite(program: Any, role: str) -> None:
+    def _rewrite(program: Any, role: str, owner: Any) -> None:
         if _rewriter is not None:
-            _rewriter(program, role)
+            _rewriter(program, role, owner)
 
     def _create_program(self: Any, is_infer_mode: bool = False) -> Any:
         runnable = create_program(self, is_infer_mode)
-        if any(isinstance(h, marker) for h in self._hookers):
+        found = next((h for h in self._hookers if isinstance(h, marker)), None)
+        if found is not None:
             if is_infer_mode:
-                _rewrite(runnable.forward_program, "infer")
+                _rewrite(runnable.forward_program, "infer", found.owner)
             else:
-                _rewrite(runnable.forward_program, "forward")
-                _rewrite(runnable.backward_program, "backward")
+                _rewrite(runnable.forward_program, "forward", found.owner)
+                _rewrite(runnable.backward_program, "backward", found.owner)
         return runnable
 
     program_translator.ProgramCache._build_once = _build_once
@@ -96,23 +113,33 @@ def install(rewriter: ProgramRewriter) -> None:
         _rewriter = rewriter
 
 
-def set_enabled(on: bool) -> None:
-    """Rewrite the programs of every ``to_static`` function traced from now on."""
+def set_enabled(factory: Callable[[Any], Any] | None) -> None:
+    """While ``factory`` is set, rewrite the programs of every ``to_static`` function traced
+    from then on; ``factory(program_cache)`` makes each such function's owner. None: stop."""
     global _enabled
-    _enabled = on
+    _enabled = factory
 
 
 def enabled() -> bool:
-    return _enabled
+    return _enabled is not None
 
 
-def manage(static_function: Any) -> Any:
-    """Mark one ``to_static`` function (or a layer's ``forward``) for DISC: the programs it
-    traces from now on are rewritten. Returns it."""
+def program_cache(static_function: Any) -> Any:
+    """The ProgramCache of what ``paddle.jit.to_static`` returned (a StaticFunction, or a
+    layer whose ``forward`` is one)."""
     fn = getattr(static_function, "forward", static_function)
     cache = getattr(fn, "_program_cache", None)
     if cache is None:
         raise TypeError(f"expected what paddle.jit.to_static returns, got "
                         f"{type(static_function).__name__}")
-    cache._disc_managed = True
+    return cache
+
+
+def manage(static_function: Any, owner: Any = True) -> Any:
+    """Mark one ``to_static`` function (or a layer's ``forward``) for DISC: the programs it
+    traces from now on are rewritten, for ``owner``. Returns it.
+
+    An owner with an ``adopt(partial_program)`` method is told of each partial program
+    traced for it (so it can drop their programs and have them rebuilt)."""
+    program_cache(static_function)._disc_owner = owner
     return static_function

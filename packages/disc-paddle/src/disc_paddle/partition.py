@@ -305,6 +305,7 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
             lambda e: canon(e) if isinstance(e, Expr) else e, otypes=[object])(k)
     for n in members:
         convert_node(ctx, n)
+    _check_dims_only(ctx, members, inputs)
     input_values = {id(ctx.values[vid(v)]): v for v in inputs}
     outputs: list[Any] = []
     index: list[int | None] = []
@@ -329,6 +330,27 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
     graph.outputs = graph_outputs
     graph.verify()
     return LoweredCluster(graph, members, inputs, outputs, index, passthrough)
+
+
+def _check_dims_only(ctx: Lowering, members: list[Node], inputs: list[Any]) -> None:
+    """A value every member reads only for its dims (Paddle's ``no_need_buffer`` operands,
+    e.g. ``add_grad``'s ``x``) may reach the launch op without its buffer: the module may
+    read its dims, never its data."""
+    read: set[int] = set()
+    for op in ctx.b.graph.ops:
+        read.update(id(v) for v in op.operands)
+    readers: dict[str, list[Any]] = {}
+    for n in members:
+        for v in n.op.operands_source():
+            if v.initialized():
+                readers.setdefault(vid(v), []).append(n.op)
+    for v in inputs:
+        ops = readers.get(vid(v), [])
+        if ops and all(op.is_no_need_buffer(v) for op in ops) and \
+                id(ctx.values[vid(v)]) in read:
+            raise ConversionError(
+                f"the cluster reads the data of a value Paddle keeps without its buffer "
+                f"(a no_need_buffer operand of {ops[0].name()})")
 
 
 def _static_known(analysis: Analysis, v: Any) -> bool:

@@ -63,6 +63,7 @@ class ProgramView:
         self.readers: dict[str, list[Any]] = {}  # value id -> reading ops (combine expanded)
         self.program_outputs: set[str] = set()  # read by builtin.shadow_output
         self.sources: list[Any] = []  # values that enter: data, parameters, block arguments
+        self.combine_users: dict[int, list[int]] = {}  # combine op id -> reading op ids
         split_of: dict[str, Any] = {}
         for op in ops:
             if op.name() == "builtin.split":
@@ -105,8 +106,10 @@ class ProgramView:
                 if not v.initialized():
                     continue
                 d = v.get_defining_op()
-                srcs = d.operands_source() if d is not None and \
-                    d.name() == "builtin.combine" else [v]
+                is_combine = d is not None and d.name() == "builtin.combine"
+                if is_combine:
+                    self.combine_users.setdefault(d.id(), []).append(op.id())
+                srcs = d.operands_source() if is_combine else [v]
                 for s in srcs:
                     self.readers.setdefault(vid(s), []).append(op)
         try:

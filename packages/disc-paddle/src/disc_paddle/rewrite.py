@@ -12,7 +12,7 @@ and reads a result, and these moves keep the program valid.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from disc_runtime.native import ABI_VERSION
 
@@ -25,9 +25,13 @@ __all__ = ["Launch", "replace_clusters"]
 class Launch:
     """One compiled cluster, ready to replace its members in the program.
 
-    ``inputs`` are the module's inputs in order; ``outputs`` the member results that ops
-    outside the cluster (or the program's outputs) read, in the module's output order;
-    ``out_dims`` their dims as the program should see them (static sizes, -1 for symbolic).
+    ``members`` are the ops the launch replaces (with the ``builtin.split``/``combine``
+    plumbing that only they use), in program order. ``inputs`` are the module's inputs in
+    order. The module has ``len(out_dims)`` outputs, of dtypes ``out_dtypes`` (Paddle
+    codes; None: those of ``outputs``) and dims ``out_dims`` as the program should see
+    them (static sizes, -1 for symbolic). ``outputs`` are the member results read outside
+    the cluster; ``output_slots[i]`` is the module output that replaces ``outputs[i]``
+    (default: output ``i``), or None when ``passthrough[i]``, one of the inputs, does.
     """
 
     members: Sequence[object]  # pir.Operation, in program order
@@ -36,6 +40,9 @@ class Launch:
     out_dims: Sequence[Sequence[int]]
     module_path: str
     key: str
+    output_slots: Sequence[int | None] | None = None
+    passthrough: dict[int, object] = field(default_factory=dict)
+    out_dtypes: Sequence[int] | None = None
 
 
 def _dtype_code(value: object) -> int:
@@ -80,17 +87,25 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
     for launch in launches:
         members = list(launch.members)
         between = _between(list(block.ops), {op.id() for op in members})
+        slots = list(launch.output_slots) if launch.output_slots is not None \
+            else list(range(len(launch.outputs)))
         ranks = [len(d) for d in launch.out_dims]
         flat = [int(x) for dims in launch.out_dims for x in dims]
-        with paddle.static.program_guard(program):
-            paddle.pir.set_insertion_point(members[-1])
-            new = paddle._C_ops._run_custom_op(
-                op_name(len(launch.outputs)), list(launch.inputs), launch.module_path,
-                launch.key, ABI_VERSION, [len(v.shape) for v in launch.inputs], ranks,
-                [_dtype_code(v) for v in launch.outputs], flat)
-        new = list(new) if isinstance(new, (list, tuple)) else [new]
-        for old, repl in zip(launch.outputs, new):
-            old.replace_all_uses_with(repl)
+        dtypes = list(launch.out_dtypes) if launch.out_dtypes is not None \
+            else [_dtype_code(v) for v in launch.outputs]
+        new: list[object] = []
+        if launch.out_dims:
+            with paddle.static.program_guard(program):
+                paddle.pir.set_insertion_point(members[-1])
+                made = paddle._C_ops._run_custom_op(
+                    op_name(len(launch.out_dims)), list(launch.inputs), launch.module_path,
+                    launch.key, ABI_VERSION, [len(v.shape) for v in launch.inputs], ranks,
+                    dtypes, flat)
+            new = list(made) if isinstance(made, (list, tuple)) else [made]
+        for i, (old, slot) in enumerate(zip(launch.outputs, slots)):
+            repl = launch.passthrough[i] if slot is None else new[slot]
+            old.replace_all_uses_with(repl)  # type: ignore[attr-defined]
         for op in reversed(members):
             block.remove_op(op)
-        _move_readers_after(block, new[0].get_defining_op(), between)
+        if new:
+            _move_readers_after(block, new[0].get_defining_op(), between)

@@ -21,6 +21,8 @@ functions and its execution glue; everything else a bridge needs is here, once:
 * :mod:`.launch`: the Python side of a framework's launch op (the custom op that runs a
   module inside the framework's executor): build headers, atomic publication, and
   ``LaunchLibrary`` over the bookkeeping entry points of ``disc_launch_support.h``.
+* :mod:`.attempts`: lowering and compiling a graph's clusters (in parallel, a cluster the
+  native engine refuses halved and retried) and recording each outcome in the report.
 * :mod:`.compilers`: the per-bridge registry of process-wide compilers and their
   compile counts.
 * :mod:`.fallback`: the fallback warning (``warn_once``) and the bookkeeping of a cluster
@@ -46,6 +48,8 @@ _EXPORTS = {
     "Converter": "table", "ConverterTable": "table",
     "precheck": "verdict", "trial": "verdict",
     "LaunchLibrary": "launch", "publish": "launch", "write_build_headers": "launch",
+    "Attempt": "attempts", "compile_clusters": "attempts", "compile_lowered": "attempts",
+    "record_attempts": "attempts", "split_clustering": "attempts",
 }
 
 __all__ = sorted(_EXPORTS)

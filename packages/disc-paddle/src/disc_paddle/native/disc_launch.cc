@@ -12,7 +12,7 @@
 // written in place by the generated code.
 //
 // A failure (the module does not load, a run-time dim check fails) is queued for the
-// Python side (disc_paddle_take_failures) and raised as an error whose text starts with
+// Python side (disc_paddle_take_failures) and raised as an EnforceNotMet whose text has
 // DISC_LAUNCH_FAILED: the bridge catches it, drops that cluster from the program (its
 // original Paddle ops run from then on), warns once and records the reason.
 //
@@ -30,6 +30,7 @@
 
 #include "disc_abi.h"
 #include "disc_launch_support.h"
+#include "paddle/common/enforce.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -53,7 +54,10 @@ const Module &LoadModule(const std::string &path, int64_t abi) {
 
 [[noreturn]] void Fail(const std::string &key, const std::string &message) {
   disc_launch::RecordFailure(key, message);
-  PD_THROW("DISC_LAUNCH_FAILED cluster ", key, ": ", message);
+  // Paddle's executor hands an EnforceNotMet on to Python as an error; any other
+  // exception type (PD_THROW's) aborts the process when it crosses the executor
+  PADDLE_THROW(common::errors::External("DISC_LAUNCH_FAILED cluster %s: %s", key.c_str(),
+                                        message.c_str()));
 }
 
 struct AllocState {
@@ -108,12 +112,26 @@ std::vector<paddle::Tensor> Launch(const std::vector<paddle::Tensor> &inputs,
                     std::to_string(t.shape().size()) + ", expected rank " +
                     std::to_string(input_ranks[i]));
     }
+    if (!t.initialized()) {
+      // a value Paddle keeps without its buffer (no_need_buffer: only its dims are used);
+      // the bridge compiles such an input only into modules that never read its data
+      dense.push_back(t);
+      data[i] = static_cast<void *>(disc_launch::NonNull());
+      for (int64_t d : t.shape()) dims.push_back(d);
+      continue;
+    }
     dense.push_back(t.is_contiguous() ? t : t.contiguous());
     data[i] = dense.back().numel() == 0 ? static_cast<void *>(disc_launch::NonNull())
                                         : const_cast<void *>(dense.back().data());
     for (int64_t d : t.shape()) dims.push_back(d);
   }
-  paddle::Place place = n > 0 ? inputs[0].place() : paddle::CPUPlace();
+  paddle::Place place = paddle::CPUPlace();
+  for (const paddle::Tensor &t : inputs) {
+    if (t.initialized()) {
+      place = t.place();
+      break;
+    }
+  }
   AllocState state{&out_dtypes, place, std::vector<paddle::Tensor>(num_outputs),
                    std::vector<bool>(num_outputs, false), ""};
   std::string run_error;

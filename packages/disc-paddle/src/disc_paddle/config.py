@@ -1,0 +1,61 @@
+"""One object for every disc-paddle option; environment variables override the defaults.
+
+Precedence (lowest to highest): the dataclass defaults, ``DISC_*`` environment variables,
+and the keyword arguments given to :func:`disc_paddle.compile` or :func:`disc_paddle.enable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from disc_core.options import bridge_table, resolve_config, split_names
+
+__all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
+
+#: every disc-paddle option: the shared bridge fields it offers (docs/configuration.md)
+OPTIONS = bridge_table("disc-paddle", shared=(
+    "min_cluster_size", "excluded_ops", "report_path", "target",
+), own=(), doc="`disc_paddle.compile(model, **options)` / `disc_paddle.enable(**options)`.")
+
+#: option name -> environment variable that overrides its default
+ENV_VARS = {name: var for name, var in OPTIONS.env_vars().items()
+            if not OPTIONS[name].env_only}
+_D = {o.name: o.default for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class DiscConfig:
+    """Options of the disc-paddle bridge.
+
+    Attributes:
+        min_cluster_size: clusters with fewer pd_ops stay in Paddle (a launch costs a few
+            microseconds; one or two cheap ops are not worth it).
+        excluded_ops: PIR op names (``"pd_op.matmul"`` or ``"matmul"``) never compiled.
+        report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        target: "auto" (native code when a C compiler exists), "native" or "reference"
+            (Paddle runs clusters through the launch op, which runs native modules only:
+            with "reference" every cluster stays in Paddle).
+    """
+
+    min_cluster_size: int = _D["min_cluster_size"]
+    excluded_ops: frozenset[str] = field(default_factory=lambda: _D["excluded_ops"])
+    report_path: str | None = _D["report_path"]
+    target: str = _D["target"]
+
+    def __post_init__(self) -> None:
+        ops = self.excluded_ops
+        ops = split_names(ops) if isinstance(ops, str) else ops
+        object.__setattr__(self, "excluded_ops", frozenset(ops))
+        if isinstance(self.min_cluster_size, bool) or not isinstance(self.min_cluster_size, int) \
+                or self.min_cluster_size < 1:
+            raise ValueError(f"min_cluster_size must be an int >= 1, got {self.min_cluster_size!r}")
+        if self.target not in ("auto", "native", "reference"):
+            raise ValueError(f"target must be 'auto', 'native' or 'reference', got {self.target!r}")
+
+    @classmethod
+    def resolve(cls, options: Mapping[str, Any] | None = None,
+                environ: Mapping[str, str] | None = None) -> DiscConfig:
+        """Defaults, then environment overrides, then ``options``."""
+        return resolve_config(cls, OPTIONS, options, environ, "disc-paddle")
