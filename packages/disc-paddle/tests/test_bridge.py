@@ -213,4 +213,4 @@ def test_decorated_function_and_pinned_spec() -> None:
     for batch in (1, 3, 8):
         x = paddle.randn([batch, 4])
         np.testing.assert_allclose(f(x).numpy(), (paddle.nn.functional.relu(x) + x).numpy())
-    assert len(f.statics()) == 1 and f.rewrites == {"infer": 1}
+    assert len(f.statics()) == 1 and f.rewrites == {"forward": 1, "backward": 1}
