@@ -216,6 +216,12 @@ def _launches(analysis: Analysis, attempts: list[Any], state: FunctionState, rol
         if not a.ok:
             continue
         low = a.lowered
+        if not low.inputs:
+            # a constant (the launch op needs an input: Paddle's custom-op binding refuses
+            # an empty vector, and aborts the process doing so)
+            recorder.cluster_failed(cid, ReasonCode.COMPILE_ERROR,
+                                    "a cluster without inputs (a constant) stays in Paddle")
+            continue
         key = f"{low.key}-f{state.uid}-{role}-{cid}"
         what = f"a cluster of {len(a.members)} ops of {state.name} ({role})"
         if key in state.failed:

@@ -84,8 +84,16 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
     import paddle
 
     block = program.global_block()  # type: ignore[attr-defined]
+    # a cluster may read another's results: once that one is replaced, its old values are
+    # gone (their ops removed), so later launches read the replacements
+    replaced: dict[str, object] = {}
+
+    def current(v: object) -> object:
+        return replaced.get(v.id, v)  # type: ignore[attr-defined]
+
     for launch in launches:
         members = list(launch.members)
+        inputs = [current(v) for v in launch.inputs]
         between = _between(list(block.ops), {op.id() for op in members})
         slots = list(launch.output_slots) if launch.output_slots is not None \
             else list(range(len(launch.outputs)))
@@ -98,13 +106,14 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
             with paddle.static.program_guard(program):
                 paddle.pir.set_insertion_point(members[-1])
                 made = paddle._C_ops._run_custom_op(
-                    op_name(len(launch.out_dims)), list(launch.inputs), launch.module_path,
-                    launch.key, ABI_VERSION, [len(v.shape) for v in launch.inputs], ranks,
+                    op_name(len(launch.out_dims)), inputs, launch.module_path,
+                    launch.key, ABI_VERSION, [len(v.shape) for v in inputs], ranks,
                     dtypes, flat)
             new = list(made) if isinstance(made, (list, tuple)) else [made]
         for i, (old, slot) in enumerate(zip(launch.outputs, slots)):
-            repl = launch.passthrough[i] if slot is None else new[slot]
+            repl = current(launch.passthrough[i]) if slot is None else new[slot]
             old.replace_all_uses_with(repl)  # type: ignore[attr-defined]
+            replaced[old.id] = repl  # type: ignore[attr-defined]
         for op in reversed(members):
             block.remove_op(op)
         if new:
