@@ -120,7 +120,8 @@ std::vector<paddle::Tensor> Launch(const std::vector<paddle::Tensor> &inputs,
       for (int64_t d : t.shape()) dims.push_back(d);
       continue;
     }
-    dense.push_back(t.is_contiguous() ? t : t.contiguous());
+    paddle::Tensor view = t;  // contiguous() is not const in Paddle 3.0
+    dense.push_back(view.is_contiguous() ? view : view.contiguous());
     data[i] = dense.back().numel() == 0 ? static_cast<void *>(disc_launch::NonNull())
                                         : const_cast<void *>(dense.back().data());
     for (int64_t d : t.shape()) dims.push_back(d);
