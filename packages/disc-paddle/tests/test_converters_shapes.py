@@ -42,7 +42,8 @@ def test_gpt_reshape_pattern_folds_the_shape(dtype):
         z = paddle.transpose(y, [2, 0, 3, 1, 4])
         w = paddle.full(paddle.stack([s, b]), 1.5, dtype=dtype)
         i32 = paddle.cast(sh, "int32")
-        back = paddle.reshape(z, paddle.concat([sh[:1], sh[1:2], paddle.full([1], -1, "int64")]))
+        parts = [sh[:1], paddle.assign(sh[1:2]), paddle.full([1], -1, "int64")]
+        back = paddle.reshape(z, paddle.concat(parts))
         return z, w, back, i32
     sets = [[rand([n, s, 24], dtype, seed=n)] for n, s in ((2, 3), (1, 1), (5, 7), (0, 3))]
     low = check_ops(build, [([-1, -1, 24], dtype)], sets,
@@ -77,7 +78,11 @@ def test_reshape_family_and_gradients(dtype):
         fg = C.flatten_grad(x, gf)
         t = paddle.transpose(x, [2, 0, 1])
         tg = C.transpose_grad(t, [2, 0, 1])
-        return r, rg, u, ug, s, sg, f, fg, t, tg
+        # axes inserted in turn, negative ones counted in the grown shape; squeezing a
+        # static dim that is not 1 is a no-op
+        u2 = paddle.unsqueeze(x, [-1, 0, 3])
+        s2 = paddle.squeeze(x, [1])
+        return r, rg, u, ug, s, sg, f, fg, t, tg, u2, s2, paddle.assign(x)
     specs = [([-1, 6, -1], dtype), ([-1, -1], dtype), ([1, -1, 1, 6, -1], dtype),
              ([-1, 6, -1], dtype), ([-1, -1], dtype)]
 
@@ -110,6 +115,19 @@ def test_slices_clamp_count_from_the_end_and_decrease(dtype):
     sets = [[rand([n, 5, k], dtype, n), rand([m], dtype)]
             for n, k, m in ((4, 3, 2), (1, 1, 0), (6, 7, 9), (0, 2, 3), (3, 4, 5))]
     check_ops(build, [([-1, 5, -1], dtype), ([-1], dtype)], sets, required=["pd_op.slice"])
+
+
+def test_symbolic_slice_bounds_follow_their_sign():
+    """A size counts from the start, minus a size from the end; ``S - 1`` may be -1 at run
+    time, which Paddle would wrap: refused."""
+    from disc_core.symbolic import Expr, smax, smin
+    from disc_paddle.converters.shapes import _forward_bound
+    s, d = Expr.sym("S"), Expr.sym("D")
+    assert _forward_bound(s, d) == smin(s, d)
+    assert _forward_bound(-s, d) == smax(d - s, 0)
+    assert _forward_bound(0, d) == 0 and _forward_bound(2**31 - 1, d) == d
+    with pytest.raises(Exception, match="may be negative"):
+        _forward_bound(s - 1, d)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

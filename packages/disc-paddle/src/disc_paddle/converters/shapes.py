@@ -347,7 +347,7 @@ def _forward_bound(i: Any, d: Expr) -> Expr:
     i = int(i)
     if i >= _TO_END:
         return d
-    if i <= -_TO_END:
+    if i <= -_TO_END or i == 0:
         return as_expr(0)
     return smax(d + i, 0) if i < 0 else smin(as_expr(i), d)
 
