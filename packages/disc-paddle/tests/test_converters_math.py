@@ -237,6 +237,24 @@ def test_unary_int(dtype):
               required=["pd_op.where", "pd_op.scale", "pd_op.clip"])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_scale_and_clip_by_tensors(dtype):
+    """scale and clip bounds computed at run time (one-element float32 tensors); integer
+    inputs use the truncated scale, as Paddle."""
+    def build(x, s, lo):
+        outs = [C.scale(x, s, 0.5, False), C.scale(x, s, 1.0, True)]
+        if dtype in FLOATS:
+            outs += [paddle.clip(x, min=lo, max=s), C.clip_grad(x, x, lo, s)]
+        return outs
+
+    sets = [[_plant(rand(n, dtype, i, -4, 4), [1.5, 2.7, -1.0]),
+             np.array([v], "float32"), np.array([-1.0], "float32")]
+            for i, (n, v) in enumerate([((3, 5), 2.7), ((1, 1), -0.5), ((0, 4), 1.0),
+                                        ((6, 11), 1.5)])]
+    check_ops(build, [([-1, -1], dtype), ([1], "float32"), ([1], "float32")], sets,
+              required=["pd_op.scale"])
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "bool"])
 def test_cast_from_narrow_types(dtype):
     """Casts take every dtype (uint8 images to float, masks to int)."""

@@ -147,15 +147,9 @@ def _scalar_operand(ctx: Lowering, op: Any, index: int, attr: str, like: Value,
             raise ConversionError(f"{op.name()}: {attr} is not set")
         return _like(ctx, np.asarray(value).astype(like.dtype.np), like)
     k = ctx.known(v)
-    if k is not None:
-        if k.size != 1:
-            raise ConversionError(f"{op.name()}: {attr} has {k.size} elements, not one")
-        e = k.reshape(-1)[0]
-        if isinstance(e, Expr):
-            return ctx.broadcast_to(ctx.cast(ctx.size_value(e, DType.I64), like.dtype),
-                                    like.shape)
-        return _like(ctx, np.asarray(e).astype(like.dtype.np), like)
-    t = ctx.value(v)
+    if k is not None and k.size == 1 and not isinstance(k.reshape(-1)[0], Expr):
+        return _like(ctx, np.asarray(k.reshape(-1)[0]).astype(like.dtype.np), like)
+    t = ctx.value(v)  # computed at run time (a known size is materialized)
     if t.rank > 1 or (t.rank == 1 and not (t.shape[0].is_const and t.shape[0].value == 1)):
         raise ConversionError(f"{op.name()}: {attr} is a tensor of shape {list(t.shape)}, "
                               "not a single value")
