@@ -101,12 +101,14 @@ def test_binary_grads(dtype):
                 C.maximum_grad(x, y, d), C.minimum_grad(x, y, d),
                 C.maximum_grad(c, r, d), C.minimum_grad(r, x, d),
                 C.elementwise_pow_grad(C.abs(x), y, d), C.elementwise_pow_grad(C.abs(r), c, d),
+                C.elementwise_pow_grad(x, y, d),
                 C.remainder_grad(x, y, d)]
 
     sets = []
     for i, (n, m) in enumerate([(3, 5), (1, 1), (7, 4), (0, 3), (9, 17)]):
-        x = _plant(rand((n, m), dtype, i), [1.0, 2.0, -1.0, 0.5])
-        y = _plant(rand((m,), dtype, i + 1), [1.0, 1.0, -1.0, -0.5])  # ties with x
+        # ties with x, and pow's special points: y == 0, x == 0 with y >= 0 or y < 0
+        x = _plant(rand((n, m), dtype, i), [1.0, 2.0, -1.0, 0.5, 0.0, 0.0, 0.0, 3.0])
+        y = _plant(rand((m,), dtype, i + 1), [1.0, 1.0, -1.0, -0.5, 0.0, 2.0, -1.0, 0.0])
         r = _plant(rand((1, m), dtype, i + 2), [2.0, 1.0])
         c = _plant(rand((n, 1), dtype, i + 3), [2.0, -1.0])
         sets.append([x, y, r, c, rand((n, m), dtype, i + 4)])
@@ -307,7 +309,8 @@ def test_unary_grads(dtype):
                 C.square_grad(w, d), C.abs_grad(w, d), C.tanh_grad(C.tanh(w), d),
                 C.sigmoid_grad(C.sigmoid(w), d), C.erf_grad(w, d), C.sin_grad(w, d),
                 C.cos_grad(w, d), C.reciprocal_grad(C.reciprocal(x), d),
-                C.pow_grad(x, d, 2.5), C.pow_grad(w, d, 3.0), C.floor_grad(d),
+                C.pow_grad(x, d, 2.5), C.pow_grad(w, d, 3.0), C.pow_grad(w, d, 0.0),
+                C.pow_grad(w, d, 0.5), C.floor_grad(d),
                 C.round_grad(d), C.ceil_grad(d), C.clip_grad(w, d, -1.0, 2.5),
                 # the backward of scale and cast is scale and cast
                 paddle.scale(d, 2.5, 0.0), paddle.cast(paddle.cast(w, "float64"), dtype)]

@@ -336,16 +336,26 @@ converter("pd_op.maximum_grad", dtypes=FLOAT_DTYPES)(_minmax_grad("gt"))
 converter("pd_op.minimum_grad", dtypes=FLOAT_DTYPES)(_minmax_grad("lt"))
 
 
+def _pow_dx(ctx: Lowering, x: Value, y: Value, dout: Value) -> Value:
+    """dout * y * x**(y - 1), and 0 where y == 0 (Paddle's kernel; the formula gives NaN
+    at x == 0 there)."""
+    d = _mul(ctx, dout, y, ctx.op("pow", x, ctx.op("sub", y, _like(ctx, 1, y))))
+    return _select(ctx, _cmp(ctx, y, 0, "eq"), _like(ctx, 0, d), d)
+
+
 @converter("pd_op.elementwise_pow_grad", dtypes=FLOAT_DTYPES)
 def elementwise_pow_grad(ctx: Lowering, op: Any) -> list[Value | None]:
-    """dx = dout * y * x**(y-1); dy = dout * log(x) * x**y (Paddle's formulas as written:
-    at x <= 0 they give what the expressions give)."""
+    """dx as :func:`_pow_dx`; dy = dout * log(x) * x**y, and 0 where x == 0 and y >= 0
+    (Paddle's kernel; the formula gives NaN or -inf there)."""
     x, y, dout = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     xb, yb = ctx.broadcast_to(x, dout.shape), ctx.broadcast_to(y, dout.shape)
-    return _xy_grads(
-        ctx, op, x, y,
-        lambda: _mul(ctx, dout, yb, ctx.op("pow", xb, ctx.op("sub", yb, _like(ctx, 1, yb)))),
-        lambda: _mul(ctx, dout, ctx.op("log", xb), ctx.op("pow", xb, yb)))
+
+    def dy() -> Value:
+        d = _mul(ctx, dout, ctx.op("log", xb), ctx.op("pow", xb, yb))
+        at_zero = ctx.op("and", _cmp(ctx, xb, 0, "eq"), _cmp(ctx, yb, 0, "ge"))
+        return _select(ctx, at_zero, _like(ctx, 0, d), d)
+
+    return _xy_grads(ctx, op, x, y, lambda: _pow_dx(ctx, xb, yb, dout), dy)
 
 
 @converter("pd_op.remainder_grad", dtypes=FLOAT_DTYPES)
@@ -956,4 +966,6 @@ def pow_grad(ctx: Lowering, op: Any) -> Value:
     """Operands (x, out_grad): dout * y * x**(y - 1)."""
     x, dout = ctx.input(op, 0), ctx.input(op, 1)
     y = float(ctx.attr(op, "y"))
+    if y == 0:  # Paddle: 0 (the formula gives NaN at x == 0)
+        return _like(ctx, 0, dout)
     return _mul(ctx, dout, _like(ctx, y, x), ctx.op("pow", x, _like(ctx, y - 1, x)))
