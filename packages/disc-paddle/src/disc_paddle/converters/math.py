@@ -546,23 +546,6 @@ def scale(ctx: Lowering, op: Any) -> Any:
     return ctx.op("mul", s, ctx.op("add", x, b))
 
 
-@converter("pd_op.cast", dtypes=ALL_DTYPES)
-def cast(ctx: Lowering, op: Any) -> Any:
-    """Float to int truncates, to bool is ``x != 0``. Known integers (sizes) stay known
-    through an integer cast; small known numbers are converted at compile time."""
-    v = ctx.operand(op, 0)
-    to = core_dtype(ctx.attr(op, "dtype"))
-    src = core_dtype(v.dtype)
-    k = ctx.known(v)
-    if k is not None and k.size <= MAX_KNOWN and (src.is_int or src is DType.BOOL):
-        if k.dtype == object:
-            if to.is_int:
-                return Known(k)
-        else:
-            return Known(k.astype(to.np))
-    return ctx.cast(ctx.value(v), to)
-
-
 @converter("pd_op.clip", dtypes=NUMERIC)
 def clip(ctx: Lowering, op: Any) -> Value:
     """``min(max(x, lo), hi)``; NaN stays NaN. Bounds are operands (or attributes)."""
