@@ -31,7 +31,7 @@ import numpy as np
 
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, smax
+from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, smax, smin
 
 from ..lowering import ConversionError, Lowering, core_dtype
 from .registry import FLOAT_DTYPES, converter
@@ -224,10 +224,11 @@ def _sum_but(ctx: Lowering, v: Value, c: int) -> Value:
 
 
 def _single(ctx: Lowering, x: Value, c: int) -> Value:
-    """A rank-0 bool: the batch statistics cover one element per channel (N*H*W == 1),
-    where Paddle's CPU kernels pass ``x`` (``dy``) through and keep the statistics."""
+    """A rank-0 bool: the batch statistics cover at most one element per channel
+    (N*H*W <= 1), where Paddle's CPU kernels pass ``x`` (``dy``) through, keep the running
+    statistics and give zero saved statistics and scale/bias gradients."""
     n = ctx.b.element_count(x, [i for i in range(x.rank) if i != c], DType.I64)
-    return ctx.op("compare", n, ctx.scalar(1, DType.I64), direction="eq")
+    return ctx.op("compare", n, ctx.scalar(1, DType.I64), direction="le")
 
 
 def _pick(ctx: Lowering, flag: Value, a: Value, b: Value) -> Value:
@@ -245,8 +246,9 @@ def batch_norm(ctx: Lowering, op: Any) -> list[Value | None]:
     saved ones are zeros. Training: the batch mean and biased variance normalize;
     ``mean_out = mean * momentum + batch_mean * (1 - momentum)`` (the variance likewise,
     biased), ``saved_mean`` is the batch mean and ``saved_variance`` the batch's *inverse
-    std* ``1 / sqrt(var + eps)`` (what the gradient reads). With one element per channel
-    Paddle copies ``x`` and keeps the running statistics (saved ones zero): so does this.
+    std* ``1 / sqrt(var + eps)`` (what the gradient reads). With at most one element per
+    channel Paddle copies ``x`` and keeps the running statistics (saved ones zero): so does
+    this.
     ``reserve_space`` is empty on CPU."""
     x, mean, var = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     c = _bn_channel(ctx, op, x)
@@ -292,8 +294,8 @@ def batch_norm_grad(ctx: Lowering, op: Any) -> list[Value | None]:
     test mode, else the saved batch mean and inverse std): ``bias' = sum(dy)``,
     ``scale' = inv * sum(dy * (x - m))``; test mode ``dx = scale * inv * dy``, training
     ``dx = scale * inv * (dy - mean(dy) - (x - m) * inv^2 * mean(dy * (x - m)))``, and
-    ``dx = dy`` and zero ``scale'``, ``bias'`` with one element per channel (Paddle's CPU
-    kernel)."""
+    ``dx = dy`` and zero ``scale'``, ``bias'`` with at most one element per channel
+    (Paddle's CPU kernel)."""
     x, dy = ctx.input(op, 0), ctx.input(op, 8)
     c = _bn_channel(ctx, op, x)
     dt = x.dtype
@@ -337,14 +339,17 @@ def batch_norm_grad(ctx: Lowering, op: Any) -> list[Value | None]:
 def _out_size(n: Expr, k: int, lo: Expr, hi: Expr, s: int, ceil: bool) -> Expr:
     """Paddle's window count ``(n + lo + hi - k [+ s - 1]) / s + 1`` in C's truncating
     division: a window larger than the padded input by less than a stride still makes one
-    (clipped) window. ``max(., 0)`` says so when small sizes can reach it."""
+    (clipped) window, and by a stride or more none. Floor division gives the same for the
+    sizes where the numerator cannot be negative; otherwise the negative part rounds up."""
     num = n + lo + hi - k + (s - 1 if ceil else 0)
+    if s == 1:
+        return num + 1
     if num.is_const:
         return Expr.const(int(num.value / s) + 1)
     least = num - n + 1  # at the smallest non-empty size
     if least.is_const and least.value >= 0:
         return floordiv(num, s) + 1
-    return floordiv(smax(num, 0), s) + 1
+    return floordiv(smax(num, 0), s) + ceildiv(smin(num, 0), s) + 1
 
 
 class _Pool:
@@ -412,7 +417,7 @@ class _Pool:
         self.pads = [(lo, (o - 1) * s + k - n - lo) for n, k, (lo, _), s, o in
                      zip(self.sizes, self.kernel, pads, self.strides, self.out)]
         for n, o in zip(self.sizes, self.out):
-            if n.is_const and (n.value == 0 or (o.is_const and o.value < 1)):
+            if n.is_const and (n.value == 0 or (o.is_const and o.value < 0)):
                 raise ConversionError(f"{self.name}: windows do not fit spatial size {n}")
 
     def taps(self) -> list[tuple[int, ...]]:
@@ -625,5 +630,87 @@ def pool2d_grad(ctx: Lowering, op: Any) -> Value:
         for t, h in zip(taps, _first_hits(ctx, hits)):
             part = pool.scatter(ctx, ctx.op("select", h, g, gz), t)
             total = part if total is None else ctx.op("add", total, part)
+    assert total is not None
+    return total
+
+
+# -- max pooling with indices -----------------------------------------------------------------
+
+def _with_index_pool(ctx: Lowering, op: Any, x: Value, grad: Value | None = None) -> _Pool:
+    if x.rank != 4:
+        raise ConversionError(f"{op.name()}: a rank-{x.rank} input")
+    if len(ctx.attr(op, "paddings", [0, 0])) != 2:
+        raise ConversionError(f"{op.name()}: paddings {ctx.attr(op, 'paddings')} (2 entries "
+                              f"expected)")
+    return _Pool(ctx, op, "NCHW", x.shape, ctx.attr(op, "kernel_size"), grad=grad)
+
+
+def _plane_index(ctx: Lowering, like: Value, dtype: DType) -> Value:
+    """``h * W + w`` at every position of an NCHW ``like``: Paddle's mask values."""
+    h, w = like.shape[2], like.shape[3]
+    ih = ctx.op("iota", shape=[h, w], dimension=0, dtype=dtype)
+    iw = ctx.op("iota", shape=[h, w], dimension=1, dtype=dtype)
+    width = ctx.broadcast_to(ctx.b.dim_size(like, 3, dtype), [h, w])
+    idx = ctx.op("add", ctx.op("mul", ih, width), iw)
+    return ctx.op("broadcast_in_dim", idx, shape=list(like.shape), broadcast_dimensions=[2, 3])
+
+
+@converter("pd_op.max_pool2d_with_index", dtypes=FLOAT_DTYPES)
+def max_pool2d_with_index(ctx: Lowering, op: Any) -> list[Value]:
+    """``(out, mask)``, NCHW: the window maximum (at least ``-FLT_MAX``) and the plane
+    index ``h * W + w`` of its first occurrence (row-major), -1 when no element exceeds
+    ``-FLT_MAX`` (Paddle's kernel keeps the first element strictly above the running
+    maximum)."""
+    x = ctx.input(op, 0)
+    pool = _with_index_pool(ctx, op, x)
+    idt = core_dtype(op.result(1).dtype)
+    floor = ctx.scalar(_MAX_INIT, x.dtype)
+    if pool.whole:
+        best = _reduce_plane(ctx, x, "NCHW", "max")
+        best = ctx.op("max", best, ctx.broadcast_to(floor, best.shape))
+        bb = ctx.broadcast_to(best, x.shape)
+        hit = ctx.op("and", ctx.op("compare", x, bb, direction="eq"),
+                     ctx.op("compare", bb, ctx.broadcast_to(floor, x.shape), direction="gt"))
+        n, c, h, w = x.shape
+        flat = ctx.reshape(ctx.cast(hit, DType.I32), [n, c, h * w])
+        pos = ctx.reshape(ctx.op("argmax", flat, axis=2, index_dtype=idt), best.shape)
+        anyhit = ctx.reshape(ctx.op("reduce", hit, kind="or", axes=[2, 3]), best.shape)
+        return [best, ctx.op("select", anyhit, pos, ctx.full(-1, idt, best.shape))]
+    best = _max_pool(ctx, pool, x)
+    axes = pool.axes()
+    padded = pool.padded(ctx, x, float("-inf"))
+    index = pool.padded(ctx, _plane_index(ctx, x, idt), -1)
+    live = ctx.op("compare", best, ctx.broadcast_to(floor, best.shape), direction="gt")
+    mask = ctx.full(-1, idt, best.shape)
+    for t in reversed(pool.taps()):
+        hit = ctx.op("and", live, ctx.op("compare", pool.tap(ctx, padded, t, axes), best,
+                                         direction="eq"))
+        mask = ctx.op("select", hit, pool.tap(ctx, index, t, axes), mask)
+    return [best, mask]
+
+
+@converter("pd_op.max_pool2d_with_index_grad", dtypes=FLOAT_DTYPES)
+def max_pool2d_with_index_grad(ctx: Lowering, op: Any) -> Value:
+    """Operands ``(x, mask, out_grad)``: each window's gradient goes to the input position
+    its mask names (a tap whose plane index equals the mask), scattered back per tap."""
+    x, mask, g = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
+    pool = _with_index_pool(ctx, op, x, grad=g)
+    mask = ctx.broadcast_to(mask, g.shape)
+    index = _plane_index(ctx, x, mask.dtype)
+    if pool.whole:
+        n, c = g.shape[0], g.shape[1]
+        mb = ctx.op("broadcast_in_dim", ctx.reshape(mask, [n, c]), shape=list(x.shape),
+                    broadcast_dimensions=[0, 1])
+        gb = ctx.op("broadcast_in_dim", ctx.reshape(g, [n, c]), shape=list(x.shape),
+                    broadcast_dimensions=[0, 1])
+        return ctx.op("select", ctx.op("compare", index, mb, direction="eq"), gb,
+                      ctx.full(0, g.dtype, x.shape))
+    index = pool.padded(ctx, index, -2)  # never a mask value
+    zero = ctx.full(0, g.dtype, g.shape)
+    total: Value | None = None
+    for t in pool.taps():
+        hit = ctx.op("compare", pool.tap(ctx, index, t, pool.axes()), mask, direction="eq")
+        part = pool.scatter(ctx, ctx.op("select", hit, g, zero), t)
+        total = part if total is None else ctx.op("add", total, part)
     assert total is not None
     return total
