@@ -599,8 +599,6 @@ def pool2d_grad(ctx: Lowering, op: Any) -> Value:
                               f"plain windows (max_pool2d_with_index is the adaptive max)")
     pool = _Pool(ctx, op, fmt, x.shape, ctx.int_list(op, 3, "kernel_size", "kernel_size"),
                  grad=g)
-    out = ctx.broadcast_to(out, g.shape)
-    zero = ctx.full(0, g.dtype, x.shape)
     if pool.whole:
         gb = ctx.op("broadcast_in_dim", ctx.reshape(g, [g.shape[0], g.shape[fmt.index("C")]]),
                     shape=list(x.shape), broadcast_dimensions=[0, fmt.index("C")])
@@ -610,7 +608,7 @@ def pool2d_grad(ctx: Lowering, op: Any) -> Value:
         ob = ctx.op("broadcast_in_dim", ctx.reshape(out, [g.shape[0], g.shape[fmt.index("C")]]),
                     shape=list(x.shape), broadcast_dimensions=[0, fmt.index("C")])
         hit = _plane_first(ctx, ctx.op("compare", x, ob, direction="eq"), fmt)
-        return ctx.op("select", hit, gb, zero)
+        return ctx.op("select", hit, gb, ctx.full(0, g.dtype, x.shape))
     axes = pool.axes()
     total: Value | None = None
     if kind == "avg":
@@ -622,6 +620,7 @@ def pool2d_grad(ctx: Lowering, op: Any) -> Value:
             part = pool.scatter(ctx, gs, t)
             total = part if total is None else ctx.op("add", total, part)
     else:
+        out = ctx.broadcast_to(out, g.shape)
         padded = pool.padded(ctx, x, float("nan"))  # NaN equals nothing: padding never hits
         taps = pool.taps()
         hits = [ctx.op("compare", pool.tap(ctx, padded, t, axes), out, direction="eq")
