@@ -101,7 +101,9 @@ def _pre_verdict(node: Node, excluded: frozenset[str]) -> Support | None:
     if node.op.num_regions():
         return Support(False, f"{name} is control flow (stays with Paddle)",
                        code=ReasonCode.NO_CONVERTER)
-    if name.endswith("_") and not name.endswith("__"):
+    if name.endswith("_") and not name.endswith("__") and CONVERTERS.lookup(name) is None:
+        # an in-place op whose converter is registered under its own name knows when
+        # nothing needs writing back (batch_norm_ in test mode); the others never cluster
         return Support(False, f"{name} works in place (stays with Paddle)",
                        code=ReasonCode.NO_CONVERTER)
     dtypes = []
@@ -121,7 +123,7 @@ def _pre_verdict(node: Node, excluded: frozenset[str]) -> Support | None:
                                code=ReasonCode.UNSUPPORTED_DTYPE)
     keyed = dtypes[:1] if not node.inputs else [int(node.inputs[0].dtype)] \
         if node.inputs[0].is_dense_tensor_type() else []
-    return precheck(CONVERTERS, name, name, keyed, dtype_name=dtype_name)
+    return precheck(CONVERTERS, name, name, keyed, node=node.op, dtype_name=dtype_name)
 
 
 def convert_node(ctx: Lowering, node: Node) -> None:

@@ -286,6 +286,18 @@ def batch_norm(ctx: Lowering, op: Any) -> list[Value | None]:
             _pick(ctx, one, zeros, inv), reserve]
 
 
+@converter("pd_op.batch_norm_", dtypes=FLOAT_DTYPES)
+def batch_norm_inplace(ctx: Lowering, op: Any) -> list[Value | None]:
+    """The form Paddle's layers emit: ``mean_out``/``variance_out`` are the running
+    statistics themselves, updated in place. In test mode (or with global statistics)
+    nothing is updated, so the launch passes them through and no write is lost; in
+    training the update would be lost, so it stays in Paddle."""
+    if not _bn_global(ctx, op, forward=True):
+        raise ConversionError("batch_norm_ in training updates the running statistics in "
+                              "place (stays with Paddle)")
+    return batch_norm(ctx, op)
+
+
 @converter("pd_op.batch_norm_grad", dtypes=FLOAT_DTYPES)
 def batch_norm_grad(ctx: Lowering, op: Any) -> list[Value | None]:
     """Operands ``(x, scale?, bias?, mean_out?, variance_out?, saved_mean, saved_variance,
