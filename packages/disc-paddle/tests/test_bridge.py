@@ -214,3 +214,30 @@ def test_decorated_function_and_pinned_spec() -> None:
         x = paddle.randn([batch, 4])
         np.testing.assert_allclose(f(x).numpy(), (paddle.nn.functional.relu(x) + x).numpy())
     assert len(f.statics()) == 1 and f.rewrites == {"forward": 1, "backward": 1}
+
+
+def test_backward_failure_gives_paddles_gradients() -> None:
+    """A backward cluster that fails inside loss.backward(): the call is redone without it
+    and differentiated from the gradient that reached its output, so every parameter gets
+    Paddle's gradient once, ops around the call included (an eager layer before it, a loss
+    after it)."""
+    model, ref = _pair(17)
+    pre, ref_pre = paddle.nn.Linear(5, 5), paddle.nn.Linear(5, 5)
+    ref_pre.set_state_dict(pre.state_dict())
+    model = disc_paddle.compile(model, min_cluster_size=1)
+    for batch, fail in ((4, False), (6, True), (9, False)):
+        x = _x(batch)
+        loss = (model(pre(x)) ** 2).mean()
+        want = (ref(ref_pre(x)) ** 2).mean()
+        if fail:
+            custom_op.load_library().inject_failures(1)  # the backward's first launch
+            with pytest.warns(disc_paddle.DiscFallbackWarning, match="runtime_error"):
+                loss.backward()
+        else:
+            loss.backward()
+        want.backward()
+        _assert_grads_match(model, ref)
+        _assert_grads_match(pre, ref_pre)
+        for layer in (model, ref, pre, ref_pre):
+            layer.clear_gradients()
+    assert "runtime_error" in _reasons(_graphs("MLP"))

@@ -10,9 +10,8 @@ backward and splits the programs; DISC rewrites them (:mod:`disc_paddle.backend`
 A cluster that fails at run time (its launch op records why and raises) makes the call
 fail inside Paddle's executor; the wrapper catches that, marks the cluster failed (one
 warning, a report entry), drops the function's programs so Paddle rebuilds them without
-it, and calls again: the user gets Paddle's result. That retry covers forward and
-inference programs; a failure in a backward program surfaces from ``loss.backward()``
-(docs/paddle.md, limits), and its cluster stays in Paddle from the next call on.
+it, and calls again: the user gets Paddle's result. A failure in a backward program,
+inside ``loss.backward()``, is handled by :mod:`disc_paddle.backward_retry`.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from . import backend, capture
+from . import backend, backward_retry, capture
 from .backend import COMPILERS, DiscFallbackWarning, FunctionState
 from .config import DiscConfig
 
@@ -108,9 +107,19 @@ class DiscFunction:
         return self._static(key, specs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import paddle
+
+        result = self.call_static(*args, **kwargs)
+        if paddle.is_grad_enabled():
+            backward_retry.install()
+            backward_retry.watch(self, args, kwargs, result)
+        return result
+
+    def call_static(self, *args: Any, **kwargs: Any) -> Any:
+        """The call through the static function of its signature; a DISC cluster that fails
+        on the way is dropped and the call made again (see the module docstring)."""
         st = self._pick(args, kwargs)
-        # one retry per cluster that can fail, at most
-        for _ in range(64):
+        for _ in range(64):  # one retry per cluster that can fail, at most
             try:
                 return st(*args, **kwargs)
             except Exception:
