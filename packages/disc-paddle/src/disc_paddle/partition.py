@@ -271,6 +271,12 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
         t = analysis.types.get(vid(v))
         if t is not None and vid(v) not in analysis.known:
             bound |= {d.symbol_name for d in t.shape if d.is_symbol}
+    for v in _binders(analysis, external, fed, bound):
+        fed.append(v)
+        fed_ids.add(vid(v))
+        external.append(v)
+        t = analysis.types[vid(v)]
+        bound |= {d.symbol_name for d in t.shape if d.is_symbol}
     rename: dict[str, Expr] = {}
 
     def canon(e: Expr) -> Expr:
@@ -332,6 +338,40 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
     graph.outputs = graph_outputs
     graph.verify()
     return LoweredCluster(graph, members, inputs, outputs, index, passthrough)
+
+
+def _binders(analysis: Analysis, external: list[Any], fed: list[Any], bound: set[str]
+             ) -> list[Any]:
+    """Extra inputs that bind the symbols of shapes computed outside the cluster.
+
+    A shape such as ``shape64(x)`` computed in another cluster (or by Paddle) arrives as a
+    known value, but converters need it as dims (a ``reshape`` target). When no fed input
+    has those dims, a value that has them is fed as well: the module reads its dims, never
+    its data. Only values that enter the program (inputs, parameters, a backward program's
+    arguments) are taken: nothing computes them, so reading one cannot close a cycle."""
+    wanted: set[str] = set()
+    for v in external:
+        k = analysis.known.get(vid(v))
+        if k is not None and k.dtype == object:
+            wanted |= _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
+    wanted -= bound
+    if not wanted:
+        return []
+    taken = {vid(v) for v in fed}
+    found: list[Any] = []
+    for v in analysis.view.sources:
+        if not v.initialized() or vid(v) in taken or vid(v) in analysis.known:
+            continue
+        t = analysis.types.get(vid(v))
+        if t is None:
+            continue
+        syms = {d.symbol_name for d in t.shape if d.is_symbol} & wanted
+        if syms:
+            found.append(v)
+            wanted -= syms
+        if not wanted:
+            break
+    return found
 
 
 def _check_dims_only(ctx: Lowering, members: list[Node], inputs: list[Any]) -> None:
