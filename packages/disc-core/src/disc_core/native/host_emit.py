@@ -9,6 +9,7 @@ from collections.abc import Callable
 from disc_runtime.native import ABI_VERSION
 
 from ..ir import Graph, Value
+from ..shape_facts import Eq, ProductEq
 from ..symbolic import Expr, product, smax
 from .ccommon import PAR_MIN, Constants, ModuleInfo, Symbols
 from .cexpr import ctype
@@ -72,6 +73,58 @@ def _division_checks(graph: Graph, syms: Symbols) -> list[str]:
                         f"({op.name}): dim {j} of the result [{text}] is {d}, which divides by "
                         f"zero ({den} = 0) while no other dim is 0; expected {den} != 0 (a "
                         f"division by zero is only allowed in an empty tensor)\");")
+    return out
+
+
+def _c_text(x: object) -> str:
+    """``x`` as text inside a C format string literal."""
+    return str(x).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def _fact_checks(graph: Graph, syms: Symbols) -> list[str]:
+    """Fail cleanly when a shape fact an op states does not hold for this call.
+
+    Verification accepts a symbolic reshape ([s0, 3] -> [2, s0 // 2, 3]), dot_general
+    contraction, concatenate or elementwise operand dims that are not provably equal, and
+    records the equality as a fact (``OpDef.facts``: ``Eq``, or ``ProductEq`` for a
+    reshape's element counts) that the shape-constraint analysis, shape propagation and
+    every kernel then take as true: a kernel sized from one side reads the other's buffer
+    as if it had that many elements, a silent wrong answer (or an out-of-bounds read)
+    where the reference engine fails. So each such fact is checked here, with the op and
+    both values named, before any buffer is allocated or kernel runs. A fact whose sides
+    are structurally equal (a reshape that provably preserves its element count, dims that
+    shape propagation already unified and the input checks enforce) is never stated, so it
+    costs nothing. ``Divisible`` facts need no check: ops derive them from a ``ProductEq``
+    that is checked (symbol hints are the caller's promise, as elsewhere)."""
+    out: list[str] = []
+    seen: set[tuple[Expr, Expr]] = set()
+
+    def count(shape: tuple[Expr, ...]) -> str:
+        return " * ".join(f"({_clamped(d, syms)})" for d in shape) or "1"
+
+    for n, op in enumerate(graph.ops):
+        for f in op.opdef.facts(op):
+            if isinstance(f, ProductEq):
+                a, b = product(f.lhs), product(f.rhs)
+                if a == b or (a, b) in seen:
+                    continue
+                seen.add((a, b))
+                lhs, rhs = _shape_text(f.lhs), _shape_text(f.rhs)
+                out.append(
+                    f"  {{ const int64_t n0 = {count(f.lhs)}, n1 = {count(f.rhs)};\n"
+                    f"    if (n0 != n1) DISC_FAIL(\"op #{n} ({op.name}): the operand "
+                    f"{_c_text(lhs)} has %lld elements but the result {_c_text(rhs)} has "
+                    f"%lld; expected equal element counts\", (long long)n0, (long long)n1); }}")
+            elif isinstance(f, Eq):
+                a, b = f.a, f.b
+                if a == b or (a, b) in seen:
+                    continue
+                seen.add((a, b))
+                ca, cb = _clamped(a, syms), _clamped(b, syms)
+                out.append(
+                    f"  if (({ca}) != ({cb})) DISC_FAIL(\"op #{n} ({op.name}): dims "
+                    f"{_c_text(a)} = %lld and {_c_text(b)} = %lld must be equal\", "
+                    f"(long long)({ca}), (long long)({cb}));")
     return out
 
 
@@ -156,6 +209,7 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     L.extend(checks)
     L.extend(_dim_checks(dims_checked))
     L.extend(_division_checks(graph, syms))
+    L.extend(_fact_checks(graph, syms))
     # storage names
     storage: dict[int, str] = {}
     for i, v in enumerate(graph.inputs):
