@@ -100,7 +100,8 @@ class DiscFunction:
         if self._input_spec is not None:
             return self._static("pinned", self._input_spec)
         key = _spec_key(args, kwargs)
-        if key is None:
+        if key is None or not self._full_graph:  # SOT takes no input spec: it has its own
+            # handling of dynamic dims (it specializes, then retraces with them dynamic)
             return self._static("per-call", None)
         specs = [InputSpec([None] * rank, dtype.removeprefix("paddle."))
                  for rank, dtype in key]
@@ -121,7 +122,8 @@ class DiscFunction:
         st = self._pick(args, kwargs)
         for _ in range(64):  # one retry per cluster that can fail, at most
             try:
-                return st(*args, **kwargs)
+                with capture.owning(self.state):
+                    return st(*args, **kwargs)
             except Exception:
                 if not backend.check_launches():
                     raise  # not DISC's failure: the user's error, as Paddle raised it

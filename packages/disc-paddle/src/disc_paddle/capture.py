@@ -23,11 +23,12 @@ and do nothing for other programs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ProgramRewriter", "enabled", "install", "manage", "set_enabled"]
+__all__ = ["ProgramRewriter", "enabled", "install", "manage", "owning", "set_enabled"]
 
 #: rewrites one program in place: (program, role, owner); the role is "infer", "forward"
 #: or "backward", the owner what :func:`manage` (or the enabled factory) gave the function
@@ -71,7 +72,9 @@ def _patch() -> None:
 
     def _build_once(self: Any, cache_key: Any) -> Any:
         concrete, partial = build_once(self, cache_key)
-        owner = getattr(self, "_disc_owner", None)
+        owner = getattr(self, "_disc_owner", None) or getattr(_active, "owner", None)
+        if owner is not None:
+            self._disc_owner = owner  # SOT's subgraph functions: traced during a DISC call
         factory = _enabled
         if owner is None and factory is not None:
             owner = self._disc_owner = factory(self)
@@ -111,6 +114,22 @@ def install(rewriter: ProgramRewriter) -> None:
         if not _installed:
             _patch()
         _rewriter = rewriter
+
+
+_active = threading.local()
+
+
+@contextlib.contextmanager
+def owning(owner: Any) -> Iterator[None]:
+    """Programs traced on this thread meanwhile belong to ``owner``, whatever function
+    traces them: SOT (``full_graph=False``) traces each subgraph it captures as a
+    ``to_static`` function of its own, during the call of the function DISC manages."""
+    previous = getattr(_active, "owner", None)
+    _active.owner = owner
+    try:
+        yield
+    finally:
+        _active.owner = previous
 
 
 def set_enabled(factory: Callable[[Any], Any] | None) -> None:
