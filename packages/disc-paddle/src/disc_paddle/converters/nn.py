@@ -265,11 +265,10 @@ def log_softmax_grad(ctx: Lowering, op: Any) -> Value:
 # -- layer norm ---------------------------------------------------------------------------
 
 def _ln_axes(ctx: Lowering, op: Any, x: Value) -> list[int]:
+    """The normalized dims: ``begin_norm_axis`` (Paddle takes 1 <= it < rank) onwards."""
     b = int(ctx.attr(op, "begin_norm_axis", 1))
-    b = b + x.rank if b < 0 else b
-    if not 0 <= b < x.rank:
-        raise ConversionError(f"{op.name()}: begin_norm_axis "
-                              f"{ctx.attr(op, 'begin_norm_axis', 1)} for rank {x.rank}")
+    if not 0 < b < x.rank:
+        raise ConversionError(f"{op.name()}: begin_norm_axis {b} for rank {x.rank}")
     return list(range(b, x.rank))
 
 
@@ -331,9 +330,11 @@ def layer_norm_grad(ctx: Lowering, op: Any) -> list[Value | None]:
         inner = ctx.op("sub", ctx.op("sub", g, ctx.broadcast_to(mg, x.shape)),
                        ctx.op("mul", xhat, ctx.broadcast_to(mgx, x.shape)))
         outs[0] = ctx.op("mul", rstd, inner)
-    if op.result(1).initialized():
+    # without a scale (bias) there is no scale (bias) gradient: PIR may still type the
+    # result (as a [0] tensor), but nothing reads it
+    if op.result(1).initialized() and ctx.operand(op, 1) is not None:
         outs[1] = ctx.reshape(reduce(ctx, ctx.op("mul", dy, xhat), "sum", lead), pshape)
-    if op.result(2).initialized():
+    if op.result(2).initialized() and ctx.operand(op, 2) is not None:
         outs[2] = ctx.reshape(reduce(ctx, dy, "sum", lead), pshape)
     return outs
 
