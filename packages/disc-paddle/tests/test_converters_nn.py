@@ -185,6 +185,19 @@ def test_reductions_float(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_logsumexp_softmax_infinities(dtype):
+    """Rows with -inf entries, all -inf and +inf: Paddle's NaNs for an infinite max, and
+    its clip of x - max at -64 (a log-softmax of -inf is about -64)."""
+    def build(x):
+        return [C.logsumexp(x, [1], False, False), C.softmax(x, 1), C.log_softmax(x, 1)]
+
+    rows = [[-np.inf, -np.inf, -np.inf], [np.inf, 1, 2], [-np.inf, 2, 0.5], [1, 2, 3],
+            [-100, 3, 2]]
+    sets = [[np.asarray(rows[:n], dtype)] for n in (5, 1, 3)]
+    check_ops(build, [([-1, 3], dtype)], sets)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_reduction_grads(dtype):
     """sum/mean/max/min/logsumexp gradients, keepdim or not, ties in max and min (Paddle
     splits the gradient evenly between equal extremes)."""
@@ -335,8 +348,11 @@ def test_cross_entropy_hard_labels(dtype):
     sets = []
     for n in (4, 1, 7, 0):
         lab = _labels(n, 10, n)
-        sets.append([rand((n, 10), dtype, n, -5, 5), rand((n, 10), dtype, n + 1, 0.05, 1.0),
-                     lab, np.where(lab < 0, 3, lab), rand((n, 1), dtype, n + 2)])
+        x = rand((n, 10), dtype, n, -5, 5)
+        x[:2, :3] = [-90, 80, -np.inf][:3]  # beyond Paddle's clip of x - max at -64
+        lab[1:2] = 0  # row 1's label picks the clipped -90 - 80
+        sets.append([x, rand((n, 10), dtype, n + 1, 0.05, 1.0), lab, np.where(lab < 0, 3, lab),
+                     rand((n, 1), dtype, n + 2)])
     check_ops(build, [([-1, 10], dtype), ([-1, 10], dtype), ([-1, 1], "int64"),
                       ([-1, 1], "int64"), ([-1, 1], dtype)], sets,
               required=["pd_op.cross_entropy_with_softmax",

@@ -157,10 +157,10 @@ converter("pd_op.max_grad", "pd_op.min_grad", dtypes=FLOAT_DTYPES)(_extreme_grad
 
 
 def _logsumexp_parts(ctx: Lowering, x: Value, axes: Sequence[int]) -> Value:
-    """log(sum(exp(x))) over ``axes`` with their dims kept, shifted by the (finite) max so
-    nothing overflows; an all -inf (or +inf) slice gives -inf (+inf)."""
+    """log(sum(exp(x))) over ``axes`` with their dims kept, shifted by the max so nothing
+    overflows. As in Paddle's kernel the shift is not guarded: a slice whose max is
+    infinite (all -inf, or any +inf) gives NaN."""
     m = reduce(ctx, x, "max", axes, True)
-    m = ctx.op("select", ctx.op("is_finite", m), m, ctx.full(0, x.dtype, m.shape))
     e = ctx.op("exp", ctx.op("sub", x, ctx.broadcast_to(m, x.shape)))
     return ctx.op("add", ctx.op("log", reduce(ctx, e, "sum", axes, True)), m)
 
@@ -211,15 +211,25 @@ converter("pd_op.argmin", dtypes=NUMERIC_DTYPES)(_arg("argmin"))
 
 # -- softmax ------------------------------------------------------------------------------
 
-def _softmax(ctx: Lowering, x: Value, axis: int) -> Value:
+#: Paddle's CPU softmax kernels clip ``x - max`` from below at -64 (``ValueClip``), so a
+#: log-softmax is never below about -64 and a softmax never exactly 0
+CLIP = -64.0
+
+
+def _shifted(ctx: Lowering, x: Value, axis: int) -> Value:
+    """max(x - max(x), -64) along ``axis``, as Paddle's kernels compute it."""
     m = reduce(ctx, x, "max", [axis], True)
-    e = ctx.op("exp", ctx.op("sub", x, ctx.broadcast_to(m, x.shape)))
+    shifted = ctx.op("sub", x, ctx.broadcast_to(m, x.shape))
+    return ctx.op("max", shifted, ctx.full(CLIP, x.dtype, x.shape))
+
+
+def _softmax(ctx: Lowering, x: Value, axis: int) -> Value:
+    e = ctx.op("exp", _shifted(ctx, x, axis))
     return ctx.op("div", e, ctx.broadcast_to(reduce(ctx, e, "sum", [axis], True), x.shape))
 
 
 def _log_softmax(ctx: Lowering, x: Value, axis: int) -> Value:
-    m = reduce(ctx, x, "max", [axis], True)
-    shifted = ctx.op("sub", x, ctx.broadcast_to(m, x.shape))
+    shifted = _shifted(ctx, x, axis)
     lse = ctx.op("log", reduce(ctx, ctx.op("exp", shifted), "sum", [axis], True))
     return ctx.op("sub", shifted, ctx.broadcast_to(lse, x.shape))
 
