@@ -185,6 +185,19 @@ def test_reductions_float(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_logsumexp_softmax_infinities(dtype):
+    """Rows with -inf entries, all -inf and +inf: Paddle's NaNs for an infinite max, and
+    its clip of x - max at -64 (a log-softmax of -inf is about -64)."""
+    def build(x):
+        return [C.logsumexp(x, [1], False, False), C.softmax(x, 1), C.log_softmax(x, 1)]
+
+    rows = [[-np.inf, -np.inf, -np.inf], [np.inf, 1, 2], [-np.inf, 2, 0.5], [1, 2, 3],
+            [-100, 3, 2]]
+    sets = [[np.asarray(rows[:n], dtype)] for n in (5, 1, 3)]
+    check_ops(build, [([-1, 3], dtype)], sets)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_reduction_grads(dtype):
     """sum/mean/max/min/logsumexp gradients, keepdim or not, ties in max and min (Paddle
     splits the gradient evenly between equal extremes)."""
@@ -198,8 +211,9 @@ def test_reduction_grads(dtype):
         mx, mn = C.max(x, [1], False), C.min(x, [-1], True)
         outs.append(C.max_grad(x, mx, C.add(mx, mx), [1], False, False))
         outs.append(C.min_grad(x, mn, C.add(mn, mn), [-1], True, False))
-        mx_all = C.max(x, [], False)
+        mx_all, m_all = C.max(x, [], False), C.mean(x, [], False)
         outs.append(C.max_grad(x, mx_all, mx_all, [], False, True))
+        outs.append(C.mean_grad(x, m_all, [1], False, True))  # reduce_all wins over axis
         lse = C.logsumexp(x, [2], True, False)
         outs.append(C.logsumexp_grad(x, lse, C.add(lse, lse), [2], True, False))
         return outs
@@ -241,3 +255,175 @@ def test_any_all():
             for b, s in RED_SHAPES]
     check_ops(build, [([-1, -1, 5], "bool"), ([-1, -1, 5], "float32")], sets,
               required=["pd_op.any", "pd_op.all"])
+
+
+# -- softmax -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_log_softmax_and_grads(dtype):
+    def build(x, g):
+        outs = []
+        for axis in (-1, 1, 0):
+            sm, ls = C.softmax(x, axis), C.log_softmax(x, axis)
+            outs += [sm, ls, C.softmax_grad(sm, g, axis), C.log_softmax_grad(ls, g, axis)]
+        return outs
+
+    sets = [[rand((b, s, 6), dtype, b + s, -8, 8), rand((b, s, 6), dtype, b * s)]
+            for b, s in RED_SHAPES]
+    check_ops(build, [([-1, -1, 6], dtype), ([-1, -1, 6], dtype)], sets,
+              required=["pd_op.softmax", "pd_op.softmax_grad", "pd_op.log_softmax",
+                        "pd_op.log_softmax_grad"])
+
+
+# -- layer norm --------------------------------------------------------------------------
+
+def _layer_norm(x, scale, bias, eps, begin):
+    """pd_op.layer_norm's three results (out, mean, variance)."""
+    return list(C.layer_norm(x, scale, bias, eps, begin).get_defining_op().results())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm_gpt_shapes(dtype):
+    """[B, S, H] with B and S dynamic, normalized over H (mean and variance [B, S]), with
+    and without scale and bias, and the gradients (scale/bias gradients unset when there
+    are none)."""
+    def build(x, w, b, g):
+        out, mean, var = _layer_norm(x, w, b, 1e-5, 2)
+        out2, mean2, var2 = _layer_norm(x, None, None, 1e-6, 2)
+        grads = list(C.layer_norm_grad(x, w, b, mean, var, g, 1e-5, 2))
+        # the gradient op without scale and bias as autodiff emits it (scale_grad and
+        # bias_grad unset; Paddle's kernel fails when they are typed but empty)
+        x.stop_gradient = False
+        (gx,) = paddle.static.gradients([out2], [x], target_gradients=[g])
+        return [out, mean, var, out2] + grads + [gx]
+
+    sets = [[rand((b, s, 16), dtype, b + s, -3, 3), rand((16,), dtype, 1),
+             rand((16,), dtype, 2), rand((b, s, 16), dtype, b * s + 7)]
+            for b, s in ((2, 3), (1, 1), (3, 7), (0, 4))]
+    check_ops(build, [([-1, -1, 16], dtype), ([16], dtype), ([16], dtype),
+                      ([-1, -1, 16], dtype)], sets,
+              required=["pd_op.layer_norm", "pd_op.layer_norm_grad"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm_several_dims(dtype):
+    """begin_norm_axis 1 of [B, 4, 3]: scale and bias flat over 12 elements, mean [B]."""
+    def build(x, w, b, g):
+        out, mean, var = _layer_norm(x, w, b, 1e-5, 1)
+        return [out, mean, var] + list(C.layer_norm_grad(x, w, b, mean, var, g, 1e-5, 1))
+
+    sets = [[rand((n, 4, 3), dtype, n), rand((12,), dtype, 1), rand((12,), dtype, 2),
+             rand((n, 4, 3), dtype, n + 5)] for n in (2, 1, 5)]
+    check_ops(build, [([-1, 4, 3], dtype), ([12], dtype), ([12], dtype), ([-1, 4, 3], dtype)],
+              sets)
+
+
+# -- cross entropy -----------------------------------------------------------------------
+
+def _xent(x, label, soft, use_softmax, axis=-1, ignore=-100):
+    return list(C.cross_entropy_with_softmax(x, label, soft, use_softmax, True, ignore, axis))
+
+
+def _xent_grad(label, sm, dloss, soft, use_softmax, axis=-1, ignore=-100):
+    return C.cross_entropy_with_softmax_grad(label, sm, dloss, soft, use_softmax, True, ignore,
+                                             axis)
+
+
+def _labels(n, classes, seed, ignore=-100):
+    lab = np.random.default_rng(seed).integers(0, classes, (n, 1)).astype("int64")
+    lab[::3] = ignore  # every third row is ignored
+    return lab
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cross_entropy_hard_labels(dtype):
+    """int64 labels [N, 1] with ignore_index rows (zero loss and gradient), with the
+    softmax and on probabilities (use_softmax=False, class 3 ignored)."""
+    def build(x, p, label, label3, dl):
+        sm, loss = _xent(x, label, False, True)
+        psm, ploss = _xent(p, label3, False, False, ignore=3)
+        return [sm, loss, _xent_grad(label, sm, dl, False, True), ploss,
+                _xent_grad(label3, p, dl, False, False, ignore=3)]
+
+    sets = []
+    for n in (4, 1, 7, 0):
+        lab = _labels(n, 10, n)
+        x = rand((n, 10), dtype, n, -5, 5)
+        x[:2, :3] = [-90, 80, -np.inf][:3]  # beyond Paddle's clip of x - max at -64
+        lab[1:2] = 0  # row 1's label picks the clipped -90 - 80
+        sets.append([x, rand((n, 10), dtype, n + 1, 0.05, 1.0), lab, np.where(lab < 0, 3, lab),
+                     rand((n, 1), dtype, n + 2)])
+    check_ops(build, [([-1, 10], dtype), ([-1, 10], dtype), ([-1, 1], "int64"),
+                      ([-1, 1], "int64"), ([-1, 1], dtype)], sets,
+              required=["pd_op.cross_entropy_with_softmax",
+                        "pd_op.cross_entropy_with_softmax_grad"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cross_entropy_soft_labels_and_axis(dtype):
+    """Soft labels (not normalized: the gradient is (softmax - label) * dloss as Paddle
+    computes it), and hard labels along axis 1 of a 3-D input."""
+    def build(x, soft, p, x3, lab3, dl, dl3):
+        sm, loss = _xent(x, soft, True, True)
+        _, ploss = _xent(p, soft, True, False)
+        sm3, loss3 = _xent(x3, lab3, False, True, axis=1)
+        return [sm, loss, _xent_grad(soft, sm, dl, True, True), ploss,
+                _xent_grad(soft, p, dl, True, False), sm3, loss3,
+                _xent_grad(lab3, sm3, dl3, False, True, axis=1)]
+
+    sets = []
+    for n in (3, 1, 6):
+        lab3 = np.random.default_rng(n).integers(0, 5, (n, 1, 2)).astype("int64")
+        sets.append([rand((n, 8), dtype, n, -4, 4), rand((n, 8), dtype, n + 1, 0, 1),
+                     rand((n, 8), dtype, n + 2, 0.05, 1), rand((n, 5, 2), dtype, n + 3),
+                     lab3, rand((n, 1), dtype, n + 4), rand((n, 1, 2), dtype, n + 5)])
+    check_ops(build, [([-1, 8], dtype), ([-1, 8], dtype), ([-1, 8], dtype),
+                      ([-1, 5, 2], dtype), ([-1, 1, 2], "int64"), ([-1, 1], dtype),
+                      ([-1, 1, 2], dtype)], sets)
+
+
+# -- dropout -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_dropout_inference(dtype):
+    """Inference dropout: x (upscale_in_train) or x * (1 - p) (downgrade_in_infer), and
+    its gradient as autodiff emits it (reading the mask Paddle does not write then)."""
+    def build(x, g):
+        x.stop_gradient = False
+        up = F.dropout(x, 0.25, training=False)
+        down = F.dropout(x, 0.25, training=False, mode="downscale_in_infer")
+        grads = [paddle.static.gradients([y], [x], target_gradients=[g])[0] for y in (up, down)]
+        return [up, down] + grads
+
+    sets = [[rand((b, s, 4), dtype, b + s), rand((b, s, 4), dtype, s)] for b, s in RED_SHAPES]
+    check_ops(build, [([-1, -1, 4], dtype), ([-1, -1, 4], dtype)], sets,
+              required=["pd_op.dropout", "pd_op.dropout_grad"])
+
+
+def _verdicts(build, specs):
+    """{op name: verdict} of a static program (the refusal tests)."""
+    paddle.enable_static()
+    try:
+        main = paddle.static.Program()
+        with paddle.static.program_guard(main):
+            xs = [paddle.static.data(f"x{i}", s, d) for i, (s, d) in enumerate(specs)]
+            outs = build(*xs)
+        analysis = partition.analyze(main, min_cluster_size=1, outputs=outs)
+        return {n.name: analysis.verdicts[n] for n in analysis.nodes}
+    finally:
+        paddle.disable_static()
+
+
+def test_training_dropout_refused():
+    v = _verdicts(lambda x: [C.dropout(x, None, 0.5, False, "upscale_in_train", 0, False)],
+                  [([-1, 4], "float32")])["pd_op.dropout"]
+    assert not v.supported and "training mode" in v.reason, v
+
+
+def test_reduction_and_norm_refusals():
+    """Axes computed at run time, and a layer norm over no dims, stay in Paddle."""
+    def build(x, n):
+        return [C.sum(x, C.cast(n, paddle.int64), None, False)]
+
+    v = _verdicts(build, [([-1, 4], "float32"), ([1], "int32")])
+    assert not v["pd_op.sum"].supported and "run time" in v["pd_op.sum"].reason, v

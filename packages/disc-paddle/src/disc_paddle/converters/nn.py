@@ -157,10 +157,10 @@ converter("pd_op.max_grad", "pd_op.min_grad", dtypes=FLOAT_DTYPES)(_extreme_grad
 
 
 def _logsumexp_parts(ctx: Lowering, x: Value, axes: Sequence[int]) -> Value:
-    """log(sum(exp(x))) over ``axes`` with their dims kept, shifted by the (finite) max so
-    nothing overflows; an all -inf (or +inf) slice gives -inf (+inf)."""
+    """log(sum(exp(x))) over ``axes`` with their dims kept, shifted by the max so nothing
+    overflows. As in Paddle's kernel the shift is not guarded: a slice whose max is
+    infinite (all -inf, or any +inf) gives NaN."""
     m = reduce(ctx, x, "max", axes, True)
-    m = ctx.op("select", ctx.op("is_finite", m), m, ctx.full(0, x.dtype, m.shape))
     e = ctx.op("exp", ctx.op("sub", x, ctx.broadcast_to(m, x.shape)))
     return ctx.op("add", ctx.op("log", reduce(ctx, e, "sum", axes, True)), m)
 
@@ -211,15 +211,25 @@ converter("pd_op.argmin", dtypes=NUMERIC_DTYPES)(_arg("argmin"))
 
 # -- softmax ------------------------------------------------------------------------------
 
-def _softmax(ctx: Lowering, x: Value, axis: int) -> Value:
+#: Paddle's CPU softmax kernels clip ``x - max`` from below at -64 (``ValueClip``), so a
+#: log-softmax is never below about -64 and a softmax never exactly 0
+CLIP = -64.0
+
+
+def _shifted(ctx: Lowering, x: Value, axis: int) -> Value:
+    """max(x - max(x), -64) along ``axis``, as Paddle's kernels compute it."""
     m = reduce(ctx, x, "max", [axis], True)
-    e = ctx.op("exp", ctx.op("sub", x, ctx.broadcast_to(m, x.shape)))
+    shifted = ctx.op("sub", x, ctx.broadcast_to(m, x.shape))
+    return ctx.op("max", shifted, ctx.full(CLIP, x.dtype, x.shape))
+
+
+def _softmax(ctx: Lowering, x: Value, axis: int) -> Value:
+    e = ctx.op("exp", _shifted(ctx, x, axis))
     return ctx.op("div", e, ctx.broadcast_to(reduce(ctx, e, "sum", [axis], True), x.shape))
 
 
 def _log_softmax(ctx: Lowering, x: Value, axis: int) -> Value:
-    m = reduce(ctx, x, "max", [axis], True)
-    shifted = ctx.op("sub", x, ctx.broadcast_to(m, x.shape))
+    shifted = _shifted(ctx, x, axis)
     lse = ctx.op("log", reduce(ctx, ctx.op("exp", shifted), "sum", [axis], True))
     return ctx.op("sub", shifted, ctx.broadcast_to(lse, x.shape))
 
@@ -265,11 +275,10 @@ def log_softmax_grad(ctx: Lowering, op: Any) -> Value:
 # -- layer norm ---------------------------------------------------------------------------
 
 def _ln_axes(ctx: Lowering, op: Any, x: Value) -> list[int]:
+    """The normalized dims: ``begin_norm_axis`` (Paddle takes 1 <= it < rank) onwards."""
     b = int(ctx.attr(op, "begin_norm_axis", 1))
-    b = b + x.rank if b < 0 else b
-    if not 0 <= b < x.rank:
-        raise ConversionError(f"{op.name()}: begin_norm_axis "
-                              f"{ctx.attr(op, 'begin_norm_axis', 1)} for rank {x.rank}")
+    if not 0 < b < x.rank:
+        raise ConversionError(f"{op.name()}: begin_norm_axis {b} for rank {x.rank}")
     return list(range(b, x.rank))
 
 
@@ -331,9 +340,11 @@ def layer_norm_grad(ctx: Lowering, op: Any) -> list[Value | None]:
         inner = ctx.op("sub", ctx.op("sub", g, ctx.broadcast_to(mg, x.shape)),
                        ctx.op("mul", xhat, ctx.broadcast_to(mgx, x.shape)))
         outs[0] = ctx.op("mul", rstd, inner)
-    if op.result(1).initialized():
+    # without a scale (bias) there is no scale (bias) gradient: PIR may still type the
+    # result (as a [0] tensor), but nothing reads it
+    if op.result(1).initialized() and ctx.operand(op, 1) is not None:
         outs[1] = ctx.reshape(reduce(ctx, ctx.op("mul", dy, xhat), "sum", lead), pshape)
-    if op.result(2).initialized():
+    if op.result(2).initialized() and ctx.operand(op, 2) is not None:
         outs[2] = ctx.reshape(reduce(ctx, dy, "sum", lead), pshape)
     return outs
 
