@@ -76,9 +76,8 @@ def machine() -> dict[str, Any]:
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None
-    from disc_runtime.native import blas_choice
-
     import disc_core
+    from disc_runtime.native import blas_choice
 
     return {
         "cpu": cpu, "cpu_flags": flags, "cpus": os.cpu_count(), "threads": THREADS,

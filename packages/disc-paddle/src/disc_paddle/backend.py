@@ -78,6 +78,7 @@ class FunctionState:
     #: dims were derived from the same (wrong) assumptions, stay in Paddle
     backward_off: bool = False
     forward_dims: dict[str, tuple[Any, ...]] | None = None
+    forward_known: dict[str, Any] | None = None  # the forward's compile-time values by name
     rewrites: dict[str, int] = field(default_factory=dict)  # role -> programs rewritten
     uid: int = field(default_factory=lambda: next(_function_ids))
     _partials: list[Any] = field(default_factory=list)
@@ -99,7 +100,7 @@ class FunctionState:
             cache = getattr(partial, "_prog_attrs_map_cache", None)
             if cache is not None:
                 cache.clear()
-        self.forward_dims = None
+        self.forward_dims = self.forward_known = None
 
 
 def _op_library() -> Any:
@@ -162,10 +163,12 @@ def _rewrite(program: Any, role: str, state: FunctionState) -> None:
     config = state.config
     state.rewrites[role] = state.rewrites.get(role, 0) + 1
     seeds = _seeds(state) if role == "backward" else None
+    known = state.forward_known if role == "backward" else None
     analysis = analyze(program, min_cluster_size=config.min_cluster_size,
-                       excluded_ops=config.excluded_ops, seeds=seeds)
+                       excluded_ops=config.excluded_ops, seeds=seeds, known_seeds=known)
     if role == "forward":
         state.forward_dims = analysis.dims_by_name()
+        state.forward_known = analysis.known_by_name()
     name = f"{state.name} ({role})"
     clustering = analysis.clustering
     attempts: list[Any] = []

@@ -60,6 +60,12 @@ class Analysis:
     nodes: list[Node]  # what was clustered and is reported
     names: dict[str, str] = field(default_factory=dict)  # value id -> program name
 
+    def known_by_name(self) -> dict[str, np.ndarray]:
+        """The compile-time values of named values (a forward program's constants and
+        shapes that its backward reads as arguments: ``mean_grad``'s axes, ``slice_grad``'s
+        starts)."""
+        return {name: self.known[i] for i, name in self.names.items() if i in self.known}
+
     def dims_by_name(self) -> dict[str, tuple[Expr, ...]]:
         """The symbolic dims of every named value (inputs, parameters, handed-out values):
         what a later program that reads them by name (the backward) seeds with."""
@@ -179,6 +185,7 @@ def _ensure_inputs(ctx: Lowering, node: Node, seeds: Mapping[str, tuple[Expr, ..
 
 def analyze(program: Any, *, min_cluster_size: int, excluded_ops: frozenset[str] = frozenset(),
             seeds: Mapping[str, tuple[Expr, ...]] | None = None,
+            known_seeds: Mapping[str, np.ndarray] | None = None,
             outputs: Iterable[Any] = ()) -> Analysis:
     """Verdicts for every node (in context) and the clustering. ``seeds``: dims of named
     values known from an earlier program (see the module docstring); ``outputs``: values
@@ -189,7 +196,11 @@ def analyze(program: Any, *, min_cluster_size: int, excluded_ops: frozenset[str]
     seeds = seeds or {}
     ctx = Lowering("scratch", _fresh)
     for v in view.sources:
-        if v.initialized() and v.is_dense_tensor_type() and not ctx.has(v):
+        k = (known_seeds or {}).get(names.get(vid(v), ""))
+        if k is not None and v.initialized() and v.is_dense_tensor_type() and \
+                tuple(k.shape) == tuple(v.shape):
+            ctx.known_values[vid(v)] = k
+        if v.initialized() and v.is_dense_tensor_type() and vid(v) not in ctx.values:
             dims = seeds.get(names.get(vid(v), ""))
             if dims is not None and len(dims) != len(v.shape):
                 dims = None
@@ -374,13 +385,18 @@ def _binders(analysis: Analysis, external: list[Any], fed: list[Any], bound: set
     return found
 
 
+#: core ops that read their operand's dims, never its data
+_DIMS_ONLY = frozenset({"get_dimension_size"})
+
+
 def _check_dims_only(ctx: Lowering, members: list[Node], inputs: list[Any]) -> None:
     """A value every member reads only for its dims (Paddle's ``no_need_buffer`` operands,
     e.g. ``add_grad``'s ``x``) may reach the launch op without its buffer: the module may
     read its dims, never its data."""
     read: set[int] = set()
     for op in ctx.b.graph.ops:
-        read.update(id(v) for v in op.operands)
+        if op.name not in _DIMS_ONLY:
+            read.update(id(v) for v in op.operands)
     readers: dict[str, list[Any]] = {}
     for n in members:
         for v in n.op.operands_source():
