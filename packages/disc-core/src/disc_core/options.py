@@ -29,8 +29,8 @@ from disc_runtime.options import (
     split_names,
 )
 
-__all__ = ["BRIDGE_OPTIONS", "CORE_OPTIONS", "bridge_table", "resolve_config",
-           "resolve_options", "split_names"]
+__all__ = ["BRIDGE_OPTIONS", "CORE_OPTIONS", "bridge_table", "check_bridge_fields",
+           "resolve_config", "resolve_options", "split_names"]
 
 T = TypeVar("T")
 
@@ -87,6 +87,23 @@ def bridge_table(layer: str, shared: tuple[str, ...], own: tuple[Option, ...] = 
     if missing:
         raise KeyError(f"{layer}: no shared bridge option(s) {sorted(missing)}")
     return BRIDGE_OPTIONS.extend(layer, own, doc, only=shared)
+
+
+def check_bridge_fields(config: Any) -> None:
+    """Normalize and check the shared fields a bridge's frozen config dataclass has
+    (``excluded_ops`` as a frozenset, from a comma-separated string too;
+    ``min_cluster_size`` an int >= 1; ``target`` one of the three): every bridge's
+    ``__post_init__`` starts here."""
+    if hasattr(config, "excluded_ops"):
+        ops = config.excluded_ops
+        ops = split_names(ops) if isinstance(ops, str) else ops
+        object.__setattr__(config, "excluded_ops", frozenset(ops))
+    size = getattr(config, "min_cluster_size", 1)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"min_cluster_size must be an int >= 1, got {size!r}")
+    target = getattr(config, "target", "auto")
+    if target not in ("auto", "native", "reference"):
+        raise ValueError(f"target must be 'auto', 'native' or 'reference', got {target!r}")
 
 
 def resolve_config(cls: type[T], table: OptionTable, options: Mapping[str, Any] | None,

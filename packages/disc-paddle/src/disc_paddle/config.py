@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disc_core.options import bridge_table, resolve_config, split_names
+from disc_core.options import bridge_table, check_bridge_fields, resolve_config
 
 __all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
 
@@ -45,14 +45,7 @@ class DiscConfig:
     target: str = _D["target"]
 
     def __post_init__(self) -> None:
-        ops = self.excluded_ops
-        ops = split_names(ops) if isinstance(ops, str) else ops
-        object.__setattr__(self, "excluded_ops", frozenset(ops))
-        if isinstance(self.min_cluster_size, bool) or not isinstance(self.min_cluster_size, int) \
-                or self.min_cluster_size < 1:
-            raise ValueError(f"min_cluster_size must be an int >= 1, got {self.min_cluster_size!r}")
-        if self.target not in ("auto", "native", "reference"):
-            raise ValueError(f"target must be 'auto', 'native' or 'reference', got {self.target!r}")
+        check_bridge_fields(self)
 
     @classmethod
     def resolve(cls, options: Mapping[str, Any] | None = None,

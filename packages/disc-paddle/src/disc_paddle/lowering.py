@@ -28,7 +28,6 @@ from disc_core.bridge.context import LoweringContext
 from disc_core.bridge.errors import ConversionError
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.opdef import VerifyError
 from disc_core.symbolic import Expr, as_expr
 
 __all__ = ["PADDLE_DTYPES", "ConversionError", "Known", "Lowering", "core_dtype",
@@ -258,29 +257,7 @@ class Lowering(LoweringContext):
             return out
         return self.known_ints(v, what)
 
-    # -- building -------------------------------------------------------------------------
-    def const(self, value: Any, dtype: DType) -> Value:
-        """A constant of ``dtype`` (any shape: a number, a list, an array)."""
-        return self.b.constant(np.asarray(value, dtype=dtype.np), dtype)
-
-    def size_value(self, e: Expr | int, dtype: DType) -> Value:
-        """A (symbolic) size as a rank-0 value, read from the dims of the graph's inputs."""
-        try:
-            return self.b.size_value(e, dtype)
-        except VerifyError as exc:
-            raise ConversionError(str(exc)) from None
-
-    def materialize(self, known: np.ndarray, dtype: DType) -> Value:
-        """A known value (numbers or Expr sizes) as a core value of ``dtype``."""
-        if known.dtype != object:
-            return self.const(known, dtype)
-        flat = known.reshape(-1)
-        if all(not isinstance(e, Expr) or e.is_const for e in flat):
-            nums = np.array([e.value if isinstance(e, Expr) else e for e in flat])
-            return self.const(nums.reshape(known.shape), dtype)
-        parts = [self.reshape(self.size_value(e, dtype), [1]) for e in flat]
-        v = parts[0] if len(parts) == 1 else self.op("concatenate", *parts, dimension=0)
-        return self.reshape(v, list(known.shape))
+    # -- building: const, size_value and materialize are the kit's (LoweringContext)
 
     @staticmethod
     def as_dims(values: Sequence[Any]) -> list[Expr]:

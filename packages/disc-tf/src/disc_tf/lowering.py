@@ -26,7 +26,6 @@ from disc_core.bridge.context import LoweringContext
 from disc_core.bridge.errors import ConversionError
 from disc_core.dtypes import DType
 from disc_core.ir import Value
-from disc_core.opdef import VerifyError
 from disc_core.symbolic import Expr, as_expr
 
 __all__ = ["ConversionError", "Lowering", "TF_DTYPES", "core_dtype", "tf_dtype"]
@@ -130,32 +129,8 @@ class Lowering(LoweringContext):
         """A known shape vector as dims (``-1`` entries stay -1, as plain Exprs)."""
         return [as_expr(e) for e in self.known_ints(t, what)]
 
-    # -- building (op, scalar, cast, reshape, full and numpy broadcasting by the bridges'
-    # one rule: LoweringContext's, see disc_core.bridge.broadcast) ---------------------------
-    def const(self, value: Any, dtype: DType) -> Value:
-        """A constant of ``dtype`` (any shape: a number, a list, an array)."""
-        return self.b.constant(np.asarray(value, dtype=dtype.np), dtype)
-
-    # -- sizes as values ------------------------------------------------------------------
-    def size_value(self, e: Expr | int, dtype: DType) -> Value:
-        """A (symbolic) size as a rank-0 value, read from the dims of the graph's inputs
-        (:meth:`GraphBuilder.size_value`)."""
-        try:
-            return self.b.size_value(e, dtype)
-        except VerifyError as exc:
-            raise ConversionError(str(exc)) from None
-
-    def materialize(self, known: np.ndarray, dtype: DType) -> Value:
-        """A known value (numbers or Expr sizes) as a core value of ``dtype``."""
-        if known.dtype != object:
-            return self.const(known, dtype)
-        flat = known.reshape(-1)
-        if all(not isinstance(e, Expr) or e.is_const for e in flat):
-            nums = np.array([e.value if isinstance(e, Expr) else e for e in flat])
-            return self.const(nums.reshape(known.shape), dtype)
-        parts = [self.reshape(self.size_value(e, dtype), [1]) for e in flat]
-        v = parts[0] if len(parts) == 1 else self.op("concatenate", *parts, dimension=0)
-        return self.reshape(v, list(known.shape))
+    # building (op, scalar, const, cast, reshape, full, numpy broadcasting by the bridges'
+    # one rule, size_value, materialize): LoweringContext's, see disc_core.bridge.context
 
 
 def known_array(values: Sequence[Any]) -> np.ndarray:

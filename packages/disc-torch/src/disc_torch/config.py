@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disc_core.options import bridge_table, resolve_config, split_names
+from disc_core.options import bridge_table, check_bridge_fields, resolve_config
 from disc_runtime.options import Option, parse_bool
 
 __all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
@@ -83,14 +83,7 @@ class DiscConfig:
     cache_graphs: bool = _D["cache_graphs"]
 
     def __post_init__(self) -> None:
-        if isinstance(self.excluded_ops, str):
-            object.__setattr__(self, "excluded_ops", frozenset(split_names(self.excluded_ops)))
-        else:
-            object.__setattr__(self, "excluded_ops", frozenset(self.excluded_ops))
-        if not isinstance(self.min_cluster_size, int) or self.min_cluster_size < 1:
-            raise ValueError(f"min_cluster_size must be an int >= 1, got {self.min_cluster_size!r}")
-        if self.target not in ("auto", "native", "reference"):
-            raise ValueError(f"target must be 'auto', 'native' or 'reference', got {self.target!r}")
+        check_bridge_fields(self)
 
     @classmethod
     def resolve(cls, options: Mapping[str, Any] | None = None,

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..builder import GraphBuilder
 from ..dtypes import DType
 from ..ir import Value
@@ -65,3 +67,29 @@ class LoweringContext:
         """Every value broadcast to their common shape."""
         shape = self.broadcast_shape(*[v.shape for v in vs])
         return [self.broadcast_to(v, shape) for v in vs]
+
+    # -- values known at compile time (shapes, small constants) --------------------------
+    def const(self, value: Any, dtype: DType) -> Value:
+        """A constant of ``dtype`` (any shape: a number, a list, an array)."""
+        return self.b.constant(np.asarray(value, dtype=dtype.np), dtype)
+
+    def size_value(self, e: Expr | int, dtype: DType) -> Value:
+        """A (symbolic) size as a rank-0 value, read from the dims of the graph's inputs
+        (:meth:`GraphBuilder.size_value`)."""
+        try:
+            return self.b.size_value(e, dtype)
+        except VerifyError as exc:
+            raise ConversionError(str(exc)) from None
+
+    def materialize(self, known: np.ndarray, dtype: DType) -> Value:
+        """A known value (numbers, or ``Expr`` sizes in an object array: what a bridge
+        folds shape computations into) as a core value of ``dtype``."""
+        if known.dtype != object:
+            return self.const(known, dtype)
+        flat = known.reshape(-1)
+        if all(not isinstance(e, Expr) or e.is_const for e in flat):
+            nums = np.array([e.value if isinstance(e, Expr) else e for e in flat])
+            return self.const(nums.reshape(known.shape), dtype)
+        parts = [self.reshape(self.size_value(e, dtype), [1]) for e in flat]
+        v = parts[0] if len(parts) == 1 else self.op("concatenate", *parts, dimension=0)
+        return self.reshape(v, list(known.shape))
