@@ -35,6 +35,7 @@ BEGIN, END = "<!-- options:begin (generated) -->", "<!-- options:end -->"
 BRIDGE_CONFIGS = {
     "disc_torch": REPO / "packages/disc-torch/src/disc_torch/config.py",
     "disc_tf": REPO / "packages/disc-tf/src/disc_tf/config.py",
+    "disc_paddle": REPO / "packages/disc-paddle/src/disc_paddle/config.py",
 }
 
 
