@@ -241,3 +241,31 @@ def test_backward_failure_gives_paddles_gradients() -> None:
         for layer in (model, ref, pre, ref_pre):
             layer.clear_gradients()
     assert "runtime_error" in _reasons(_graphs("MLP"))
+
+
+@pytest.mark.parametrize("which", ["paddle", "disc"])
+def test_gemm_library_choice(which: str) -> None:
+    """DISC's GEMMs inside Paddle run Paddle's own MKL by default (DISC_PADDLE_BLAS=paddle:
+    the same library as eager, through its LP64 cblas_sgemm) or disc-runtime's choice;
+    both give Paddle's results, batched and transposed products included."""
+    if which == "paddle" and custom_op.paddle_blas_library() is None:
+        pytest.skip("this Paddle wheel bundles no MKL")  # a CPU wheel without mklml
+
+    def attention(q, k, v):
+        att = paddle.nn.functional.softmax(paddle.matmul(q, k, transpose_y=True), -1)
+        return paddle.matmul(att, v)
+
+    fn = disc_paddle.compile(attention)
+    described = custom_op.use_gemm(which)
+    try:
+        assert described.startswith(which + ":"), described
+        assert custom_op.gemm_library() == described
+        rng = np.random.default_rng(0)
+        for b, s in ((2, 5), (1, 33), (3, 1)):
+            q, k, v = (paddle.to_tensor(rng.standard_normal((b, 4, s, 8)).astype("float32"))
+                       for _ in range(3))
+            with paddle.no_grad():
+                np.testing.assert_allclose(fn(q, k, v).numpy(), attention(q, k, v).numpy(),
+                                           rtol=1e-5, atol=1e-6)
+    finally:
+        custom_op.use_gemm("paddle")

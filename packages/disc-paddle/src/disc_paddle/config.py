@@ -11,13 +11,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disc_core.options import bridge_table, check_bridge_fields, resolve_config
+from disc_runtime.options import Option
 
 __all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
 
 #: every disc-paddle option: the shared bridge fields it offers (docs/configuration.md)
 OPTIONS = bridge_table("disc-paddle", shared=(
     "min_cluster_size", "excluded_ops", "report_path", "target",
-), own=(), doc="`disc_paddle.compile(model, **options)` / `disc_paddle.enable(**options)`.")
+), own=(
+    Option("blas", "DISC_PADDLE_BLAS", "paddle",
+           "The GEMM library of DISC's f32 GEMMs inside Paddle: `paddle` (Paddle's own "
+           "bundled MKL, `cblas_sgemm` of libmklml_intel.so, so compiled and eager GEMMs "
+           "run the same code) or `disc` (disc-runtime's choice, "
+           "`disc_runtime.native.blas_choice()`). `paddle` falls back to `disc` when "
+           "Paddle has no such library.", env_only=True),
+), doc="`disc_paddle.compile(model, **options)` / `disc_paddle.enable(**options)`.")
 
 #: option name -> environment variable that overrides its default
 ENV_VARS = {name: var for name, var in OPTIONS.env_vars().items()

@@ -24,8 +24,8 @@ from disc_core.bridge.launch import LaunchLibrary, publish, write_build_headers
 from disc_runtime.cache import default_cache_dir
 from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
 
-__all__ = ["MAX_OUTPUTS", "CustomOpUnavailable", "OpLibrary", "build_count", "library_dir",
-           "load_library", "op_name"]
+__all__ = ["MAX_OUTPUTS", "CustomOpUnavailable", "OpLibrary", "build_count", "gemm_library",
+           "library_dir", "load_library", "op_name", "paddle_blas_library", "use_gemm"]
 
 SOURCE = Path(__file__).parent / "native" / "disc_launch.cc"
 LIB_NAME = "disc_paddle_ops.so"
@@ -152,7 +152,53 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
                 _failed[target] = exc
                 raise
         launch = LaunchLibrary(cdll, "disc_paddle")
-        launch.use_process_blas()
         lib = OpLibrary(target, launch)
         _loaded[target] = lib
+        from .config import OPTIONS
+
+        use_gemm(OPTIONS.value("blas"), lib)
         return lib
+
+
+#: which GEMM library the launch ops give DISC's modules now (see :func:`use_gemm`)
+_gemm: dict[str, str] = {}
+
+
+def paddle_blas_library() -> Path | None:
+    """Paddle's own GEMM library: the LP64 MKL its wheel bundles (``paddle/libs/
+    libmklml_intel.so``, what its CPU matmul kernel calls), or None."""
+    import paddle
+
+    found = sorted((Path(paddle.__file__).parent / "libs").glob("libmklml_intel.so*"))
+    return found[0] if found else None
+
+
+def use_gemm(which: str, lib: OpLibrary | None = None) -> str:
+    """Point DISC's f32 GEMMs at ``which`` library: ``"paddle"`` (Paddle's MKL, so a
+    compiled GEMM runs the code an eager one does) or ``"disc"`` (disc-runtime's choice).
+    Returns a description of the library now used (``gemm_library()``)."""
+    if which not in ("paddle", "disc"):
+        raise ValueError(f"DISC_PADDLE_BLAS must be 'paddle' or 'disc', not {which!r}")
+    lib = lib or load_library()
+    lib.launch.use_process_blas()
+    described = None
+    if which == "paddle":
+        path = paddle_blas_library()
+        if path is not None:
+            try:
+                described = "paddle: " + lib.launch.use_cblas(path)
+            except OSError:
+                described = None
+    if described is None:
+        from disc_runtime.native import blas_choice
+
+        choice = blas_choice()
+        described = "disc: " + str(choice.get("f32_gemm") or choice.get("library"))
+    _gemm["now"] = described
+    return described
+
+
+def gemm_library() -> str | None:
+    """The library DISC's f32 GEMMs run inside Paddle now (None before the launch ops
+    are loaded)."""
+    return _gemm.get("now")

@@ -42,9 +42,11 @@ class LaunchLibrary:
     def __init__(self, cdll: ctypes.CDLL, prefix: str):
         self.cdll = cdll
         self._fn = {name: getattr(cdll, f"{prefix}_{name}") for name in
-                    ("set_blas", "take_failures", "stats", "totals", "inject_failures")}
+                    ("set_blas", "use_cblas", "take_failures", "stats", "totals",
+                     "inject_failures")}
         self._fn["take_failures"].restype = ctypes.c_int64
         self._fn["stats"].restype = ctypes.c_int64
+        self._cblas: dict[str, tuple[int, int | None, str]] = {}
         self._failures = ctypes.c_int64()
         self._nanos = ctypes.c_int64()
 
@@ -53,6 +55,32 @@ class LaunchLibrary:
         fns = blas_functions()
         self._fn["set_blas"](*(ctypes.c_void_p(f or None) for f in (
             fns.sgemm, fns.dgemm, fns.set_num_threads_local, fns.sgemm_rowmajor)))
+
+    def use_cblas(self, path: str | os.PathLike[str]) -> str:
+        """Run f32 GEMMs through the LP64 ``cblas_sgemm`` of the shared library ``path``
+        (a framework's own BLAS, such as Paddle's bundled MKL), one thread per call
+        (MKL's ``MKL_Set_Num_Threads_Local`` when it has it); :meth:`use_process_blas` undoes
+        it. Returns what it found; raises OSError when ``path`` has no ``cblas_sgemm``."""
+        key = os.fspath(path)
+        if key in self._cblas:
+            sgemm, local, described = self._cblas[key]
+            self._fn["use_cblas"](ctypes.c_void_p(sgemm), ctypes.c_void_p(local))
+            return described
+        lib = ctypes.CDLL(key)
+        try:
+            sgemm = ctypes.cast(lib.cblas_sgemm, ctypes.c_void_p).value
+        except AttributeError:
+            raise OSError(f"{path} exports no cblas_sgemm") from None
+        # the C interface (int by value); in libmklml_intel.so the lower-case
+        # mkl_set_num_threads_local is the Fortran one, which takes a pointer
+        try:
+            local = ctypes.cast(lib.MKL_Set_Num_Threads_Local, ctypes.c_void_p).value
+        except AttributeError:
+            local = None
+        described = f"{os.path.basename(key)} (cblas_sgemm, LP64, row-major)"
+        self._cblas[key] = (sgemm, local, described)
+        self._fn["use_cblas"](ctypes.c_void_p(sgemm), ctypes.c_void_p(local))
+        return described
 
     def totals(self) -> tuple[int, float]:
         """(failures recorded so far, seconds spent in DISC modules so far), over every

@@ -372,6 +372,15 @@ class _Xent:
                                   code="unsupported_dtype")
         self.shape = list(x.shape)
 
+    def align(self, ctx: Lowering, label: Value) -> Value:
+        """``label`` on x's dims except the class axis. Paddle requires them equal; a
+        language model's labels and logits come from two inputs, whose sizes DISC knows as
+        unrelated symbols, and every mask and select built from the label must then follow
+        x's dims (the native engine fuses nothing else): the broadcast maps the label's
+        dims onto x's, checked at run time."""
+        dims = [d if i != self.axis else label.shape[i] for i, d in enumerate(self.shape)]
+        return ctx.broadcast_to(label, dims)
+
     def onehot(self, ctx: Lowering, label: Value) -> tuple[Value, Value]:
         """(label == class along the axis, label != ignore_index) over x's shape."""
         lab = ctx.broadcast_to(label, self.shape)
@@ -388,6 +397,7 @@ def cross_entropy_with_softmax(ctx: Lowering, op: Any) -> list[Value]:
     output is the input). Hard labels equal to ignore_index get a zero loss."""
     x, label = ctx.input(op, 0), ctx.input(op, 1)
     xe = _Xent(ctx, op, x, label)
+    label = xe.align(ctx, label)
     if xe.use_softmax:
         logp = _log_softmax(ctx, x, xe.axis)
         sm = ctx.op("exp", logp)
@@ -409,6 +419,7 @@ def cross_entropy_with_softmax_grad(ctx: Lowering, op: Any) -> Value:
     -label / input * loss_grad without; ignored hard-label rows get zeros."""
     label, sm, dl = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     xe = _Xent(ctx, op, sm, label)
+    label = xe.align(ctx, label)
     dl = ctx.broadcast_to(dl, xe.shape)
     zero = ctx.full(0, sm.dtype, xe.shape)
     if xe.soft:

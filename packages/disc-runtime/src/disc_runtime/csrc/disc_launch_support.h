@@ -62,6 +62,48 @@ inline Blas &TheBlas() {
   static Blas blas;
   return blas;
 }
+// An LP64 CBLAS sgemm behind the row-major GEMM slot: a framework whose own GEMM is an
+// LP64 library (Paddle's bundled MKL, libmklml_intel.so, exports cblas_sgemm with 32-bit
+// sizes) hands it over with <prefix>_use_cblas, so DISC's f32 GEMMs run the same code as
+// the framework's. The slot's contract is oneDNN's dnnl_sgemm (row-major, 64-bit sizes).
+typedef void (*CblasSgemmFn)(int layout, int ta, int tb, int m, int n, int k, float alpha,
+                             const float *a, int lda, const float *b, int ldb, float beta,
+                             float *c, int ldc);
+typedef void (*FortranSgemmFn)(const char *, const char *, const int64_t *, const int64_t *,
+                               const int64_t *, const float *, const float *, const int64_t *,
+                               const float *, const int64_t *, const float *, float *,
+                               const int64_t *, size_t, size_t);
+struct Cblas {
+  CblasSgemmFn sgemm = nullptr;
+  int (*threads_local)(int) = nullptr;  // mkl_set_num_threads_local
+};
+inline Cblas &TheCblas() {
+  static Cblas cblas;
+  return cblas;
+}
+// A module calls GEMMs from its own OpenMP team, one at a time per member: the library
+// runs each on one thread (a second thread pool next to OpenMP's halves throughput).
+// Sizes beyond 32 bits go to the ILP64 Fortran sgemm instead (C' = B' A').
+inline int CblasRowMajorSgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const float *b, int64_t ldb,
+                              float beta, float *c, int64_t ldc) {
+  const Cblas &cb = TheCblas();
+  const int64_t lim = 0x7fffffff;
+  if (m > lim || n > lim || k > lim || lda > lim || ldb > lim || ldc > lim) {
+    auto f = reinterpret_cast<FortranSgemmFn>(TheBlas().sgemm);
+    if (f == nullptr) return 1;
+    const char opa[2] = {ta, 0}, opb[2] = {tb, 0};
+    f(opb, opa, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc, 1, 1);
+    return 0;
+  }
+  const int prev = cb.threads_local ? cb.threads_local(1) : 0;
+  const int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+  cb.sgemm(kRowMajor, ta == 'T' ? kTrans : kNoTrans, tb == 'T' ? kTrans : kNoTrans,
+           static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+           static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  if (cb.threads_local) cb.threads_local(prev);
+  return 0;
+}
 inline char *NonNull() {  // the address handed out for zero-size buffers
   static char byte[1];
   return byte;
@@ -153,6 +195,14 @@ inline bool Run(RunFn run, void *const *data, const int64_t *dims, int64_t n,
     b.dgemm = dgemm;                                                                      \
     b.threads_local = threads_local;                                                      \
     b.sgemm_rowmajor = rowmajor;                                                          \
+  }                                                                                       \
+  /* f32 GEMMs through an LP64 cblas_sgemm from now on (set_blas again undoes it).    */ \
+  void prefix##_use_cblas(void *cblas_sgemm, void *threads_local) {                       \
+    disc_launch::Cblas &c = disc_launch::TheCblas();                                      \
+    c.sgemm = reinterpret_cast<disc_launch::CblasSgemmFn>(cblas_sgemm);                   \
+    c.threads_local = reinterpret_cast<int (*)(int)>(threads_local);                      \
+    disc_launch::TheBlas().sgemm_rowmajor =                                               \
+        cblas_sgemm ? reinterpret_cast<void *>(&disc_launch::CblasRowMajorSgemm) : nullptr; \
   }                                                                                       \
   /* Copies the queued failure records into buf and clears the queue; returns the     */ \
   /* length needed (call again with a larger buffer when it is not below len).         */ \
