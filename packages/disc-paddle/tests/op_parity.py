@@ -62,7 +62,15 @@ def check_ops(build: Callable[..., Any], specs: Sequence[tuple[Sequence[int], st
         order = [next(i for i, x in enumerate(xs) if x.id == v.id) for v in low.inputs]
         out_pos = {o.id: k for k, o in enumerate(low.outputs)}
         for arrays in input_sets:
-            want = _run_paddle(main, {f"x{i}": a for i, a in enumerate(arrays)}, outs)
+            try:
+                want = _run_paddle(main, {f"x{i}": a for i, a in enumerate(arrays)}, outs)
+            except (ValueError, RuntimeError):
+                # older Paddle releases (3.0) refuse some empty inputs that later ones
+                # accept: with no reference, the set says nothing; any other failure is
+                # the test's to report
+                if any(np.asarray(a).size == 0 for a in arrays):
+                    continue
+                raise
             got_all = exe(*[arrays[i] for i in order])
             got_all = list(got_all) if isinstance(got_all, (list, tuple)) else [got_all]
             for o, w in zip(outs, want):

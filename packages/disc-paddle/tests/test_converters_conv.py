@@ -17,6 +17,7 @@ import pytest
 from op_parity import check_ops, rand
 
 from disc_paddle import partition
+from disc_paddle.converters.registry import INPLACE
 
 SIZES = [(2, 7, 9), (1, 5, 5), (3, 12, 8), (1, 1, 2), (4, 16, 11), (0, 5, 6)]
 
@@ -199,9 +200,9 @@ def _cnn_program(train: bool) -> Any:
 @pytest.mark.parametrize("train", [True, False])
 def test_layer_batch_norm_is_in_place(train: bool) -> None:
     """``paddle.nn.BatchNorm2D`` in a to_static program (training and eval) is
-    ``pd_op.batch_norm_``, which updates the running statistics in place. In eval nothing
-    is written (test mode), so it converts (its running statistics pass through); in
-    training the partition keeps it with Paddle, since a launch would drop the update."""
+    ``pd_op.batch_norm_``, which updates the running statistics in place. It converts in
+    both: in eval nothing is written (the statistics pass through); in training its
+    ``INPLACE`` entry makes the launch write the updated statistics back."""
     main = _cnn_program(train)
     ops = main.global_block().ops
     names = [op.name() for op in ops]
@@ -210,11 +211,8 @@ def test_layer_batch_norm_is_in_place(train: bool) -> None:
     analysis = partition.analyze(main, min_cluster_size=1, outputs=[bn.result(0)])
     verdicts = {n.name: analysis.verdicts[n] for n in analysis.nodes}
     assert verdicts["pd_op.conv2d"].supported
-    if train:
-        assert not verdicts["pd_op.batch_norm_"].supported
-        assert "in place" in verdicts["pd_op.batch_norm_"].reason
-    else:
-        assert verdicts["pd_op.batch_norm_"].supported, verdicts["pd_op.batch_norm_"]
+    assert verdicts["pd_op.batch_norm_"].supported, verdicts["pd_op.batch_norm_"]
+    assert INPLACE["pd_op.batch_norm_"] == {1: 1, 2: 2}
 
 
 # -- pooling ----------------------------------------------------------------------------------

@@ -131,7 +131,9 @@ def test_small_cnn_matches_paddle(train: bool) -> None:
             with paddle.no_grad():
                 np.testing.assert_allclose(model(x).numpy(), ref(x).numpy(), rtol=1e-4,
                                            atol=1e-5)
-    # the running statistics Paddle updated in place are the same
+    bn = [n for g in _graphs("SmallCNN") for n in g.nodes if n.op == "pd_op.batch_norm_"]
+    assert bn and all(n.status.value == "compiled" for n in bn), bn
+    # the running statistics (updated in place by Paddle, written back by DISC) agree
     for (name, b), c in zip(model.named_buffers(), ref.buffers()):
         np.testing.assert_allclose(b.numpy(), c.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 

@@ -238,7 +238,8 @@ def _launches(analysis: Analysis, attempts: list[Any], state: FunctionState, rol
             out_dims=[_out_dims(v) for v in graph.outputs],
             module_path=str(a.exe.artifact.path(MODULE_FILE)), key=key,
             output_slots=low.output_index, passthrough=low.passthrough,
-            out_dtypes=[dtype_code(v.dtype) for v in graph.outputs]))
+            out_dtypes=[dtype_code(v.dtype) for v in graph.outputs],
+            writebacks=low.writebacks))
         with _owners_lock:
             _launch_owners[key] = _Owner(state, recorder, cid, what, role)
     return launches

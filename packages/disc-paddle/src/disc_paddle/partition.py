@@ -35,6 +35,7 @@ from disc_core.report import ReasonCode
 from disc_core.symbolic import Expr
 
 from .converters import CONVERTERS
+from .converters.registry import INPLACE
 from .lowering import ConversionError, Known, Lowering, Vector, core_dtype, dtype_name, vid
 from .program import Node, ProgramView, is_vector
 
@@ -245,6 +246,8 @@ class LoweredCluster:
     outputs: list[Any]
     output_index: list[int | None]
     passthrough: dict[int, Any] = field(default_factory=dict)
+    #: (position in ``outputs``, the operand an in-place member updates with it)
+    writebacks: list[tuple[int, Any]] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -331,11 +334,21 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
     passthrough: dict[int, Any] = {}
     graph_outputs: list[Value] = []
     slots: dict[int, int] = {}
+    writebacks: list[tuple[int, Any]] = []
     for n in members:
+        inplace = {vid(n.op.result(ri)): n.op.operand_source(oi)
+                   for ri, oi in INPLACE.get(n.name, {}).items()}
         for r in n.outputs:
-            if not r.initialized() or not view.read_outside(r, member_ops):
+            target = inplace.get(vid(r)) if r.initialized() else None
+            if not r.initialized() or (target is None and
+                                       not view.read_outside(r, member_ops)):
                 continue
             v = ctx.value(r)
+            if target is not None:
+                if vid(target) in produced:
+                    raise ConversionError(f"{n.name} updates a value the cluster computes "
+                                          "in place")
+                writebacks.append((len(outputs), target))
             outputs.append(r)
             if id(v) in input_values:
                 passthrough[len(outputs) - 1] = input_values[id(v)]
@@ -348,7 +361,7 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
     graph = ctx.b.graph
     graph.outputs = graph_outputs
     graph.verify()
-    return LoweredCluster(graph, members, inputs, outputs, index, passthrough)
+    return LoweredCluster(graph, members, inputs, outputs, index, passthrough, writebacks)
 
 
 def _binders(analysis: Analysis, external: list[Any], fed: list[Any], bound: set[str]

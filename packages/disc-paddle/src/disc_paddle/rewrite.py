@@ -43,6 +43,9 @@ class Launch:
     output_slots: Sequence[int | None] | None = None
     passthrough: dict[int, object] = field(default_factory=dict)
     out_dtypes: Sequence[int] | None = None
+    #: (position in ``outputs``, value): an in-place member's update of ``value``, written
+    #: back into it after the launch (``assign_out_``)
+    writebacks: Sequence[tuple[int, object]] = ()
 
 
 def _dtype_code(value: object) -> int:
@@ -74,6 +77,22 @@ def _move_readers_after(block: object, launch_op: object, between: list[object])
             block.move_op_to_block_end(op)  # type: ignore[attr-defined]
         else:
             op.move_before(anchor)  # type: ignore[attr-defined]
+
+
+def _write_back(program: object, launch: Launch, slots: list[int | None], new: list[object],
+                current: object, launch_op: object) -> None:
+    """After the launch, copy each in-place update into the value the replaced op updated
+    (a running statistic: a parameter, whose buffer Paddle keeps)."""
+    import paddle
+
+    todo = [(new[slots[i]], current(target))  # type: ignore[operator]
+            for i, target in launch.writebacks if slots[i] is not None]
+    if not todo:
+        return
+    with paddle.static.program_guard(program):
+        paddle.pir.set_insertion_point_after(launch_op)
+        for value, target in reversed(todo):  # each inserted right after the launch
+            paddle._C_ops.assign_out_(value, target)
 
 
 def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
@@ -117,4 +136,6 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
         for op in reversed(members):
             block.remove_op(op)
         if new:
-            _move_readers_after(block, new[0].get_defining_op(), between)
+            launch_op = new[0].get_defining_op()
+            _move_readers_after(block, launch_op, between)
+            _write_back(program, launch, slots, new, current, launch_op)

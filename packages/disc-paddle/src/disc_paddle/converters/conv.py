@@ -34,7 +34,7 @@ from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, smax, smin
 
 from ..lowering import ConversionError, Lowering, core_dtype
-from .registry import FLOAT_DTYPES, converter
+from .registry import FLOAT_DTYPES, INPLACE, converter
 
 _SPATIAL = "HW"
 #: the initial value of Paddle's max pooling, in every dtype (``-FLT_MAX``)
@@ -289,13 +289,12 @@ def batch_norm(ctx: Lowering, op: Any) -> list[Value | None]:
 @converter("pd_op.batch_norm_", dtypes=FLOAT_DTYPES)
 def batch_norm_inplace(ctx: Lowering, op: Any) -> list[Value | None]:
     """The form Paddle's layers emit: ``mean_out``/``variance_out`` are the running
-    statistics themselves, updated in place. In test mode (or with global statistics)
-    nothing is updated, so the launch passes them through and no write is lost; in
-    training the update would be lost, so it stays in Paddle."""
-    if not _bn_global(ctx, op, forward=True):
-        raise ConversionError("batch_norm_ in training updates the running statistics in "
-                              "place (stays with Paddle)")
+    statistics themselves, updated in place (``INPLACE``: the launch writes them back into
+    the running-statistics parameters; in test mode they pass through, nothing to write)."""
     return batch_norm(ctx, op)
+
+
+INPLACE["pd_op.batch_norm_"] = {1: 1, 2: 2}
 
 
 @converter("pd_op.batch_norm_grad", dtypes=FLOAT_DTYPES)

@@ -20,7 +20,7 @@ from disc_core.bridge.table import Converter, ConverterTable
 
 from ..lowering import Known, Vector
 
-__all__ = ["ALL_DTYPES", "CONVERTERS", "FLOAT_DTYPES", "INT_DTYPES", "NUMERIC_DTYPES",
+__all__ = ["ALL_DTYPES", "CONVERTERS", "FLOAT_DTYPES", "INPLACE", "INT_DTYPES", "NUMERIC_DTYPES",
            "Converter", "Known", "Vector", "converter", "lookup"]
 
 #: dtypes as Paddle DataType codes (what ``int(value.dtype)`` gives)
@@ -31,6 +31,10 @@ NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
 ALL_DTYPES = NUMERIC_DTYPES | {int(paddle.bool)}
 
 CONVERTERS = ConverterTable("paddle", ALL_DTYPES)
+#: in-place ops a converter takes: op name -> {result index: the operand index it updates in
+#: place}. Those results are always cluster outputs, and the launch writes each back into
+#: its operand (``assign_out_``), so the update Paddle's kernel made in place still happens
+INPLACE: dict[str, dict[int, int]] = {}
 #: ``@converter("pd_op.name", ..., dtypes=...)``: register ``fn`` for PIR op names
 converter = CONVERTERS.converter
 lookup = CONVERTERS.lookup
