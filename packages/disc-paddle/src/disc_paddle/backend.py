@@ -24,6 +24,7 @@ from typing import Any
 from disc_core.bridge import fallback
 from disc_core.bridge.attempts import compile_clusters, record_attempts, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
+from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.report import ReasonCode, get_collector, graph_report
 from disc_runtime.native import MODULE_FILE
 
@@ -266,7 +267,7 @@ def check_launches() -> list[_Owner]:
     return failed
 
 
-def flush_cluster_calls() -> None:
+def _flush_calls() -> None:
     """Bring every cluster's call count and time in DISC, as the launch ops counted them,
     into the report (run before a report is read, not per call)."""
     from . import custom_op
@@ -275,20 +276,9 @@ def flush_cluster_calls() -> None:
     if not libs:
         return
     with _owners_lock:
-        for key, owner in list(_launch_owners.items()):
-            calls, secs = 0, 0.0
-            for lib in libs:
-                calls, _fallback, secs = lib.stats(key)
-                if calls:
-                    break
-            seen_calls, seen_secs = _seen.get(key, (0, 0.0))
-            if calls <= seen_calls:
-                continue
-            _seen[key] = (calls, secs)
-            per_call = (secs - seen_secs) / (calls - seen_calls)
-            for _ in range(calls - seen_calls):
-                owner.recorder.cluster_call(owner.cluster_id, per_call)
+        flush_cluster_calls(libs, [(key, o.recorder, o.cluster_id)
+                                   for key, o in list(_launch_owners.items())], _seen)
 
 
 _seen: dict[str, tuple[int, float]] = {}
-get_collector().add_flush_hook(flush_cluster_calls)
+get_collector().add_flush_hook(_flush_calls)

@@ -12,7 +12,6 @@ warning and a report entry; failures while running are handled by the launch op 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +25,9 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core.bridge import fallback
+from disc_core.bridge.attempts import Attempt, compile_clusters, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
-from disc_core.clustering import Cluster, ClusteringResult
+from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.compiler import Compiler
 from disc_core.native import fusion_count, launch_counts
 from disc_core.report import ReasonCode, configure, get_collector, graph_report
@@ -368,7 +368,7 @@ class DiscFunction:
                       f"({type(exc).__name__}: {exc})")
             return entry
         mode_error: Exception | None = None
-        attempts: list[_Attempt] = []
+        attempts: list[Attempt] = []
         if analysis.clustering.clusters:
             try:
                 mode = self._mode()
@@ -376,7 +376,7 @@ class DiscFunction:
                 mode_error = exc
             else:
                 attempts = self._compile(cf, analysis, mode == "custom_op")
-                analysis.clustering = _split_clustering(analysis.clustering, attempts)
+                analysis.clustering = split_clustering(analysis.clustering, attempts)
         report = graph_report(name, analysis.nodes, analysis.clustering,
                               op_type=lambda op: op.type, support=analysis.verdicts,
                               node_name=lambda op: op.name)
@@ -422,77 +422,29 @@ class DiscFunction:
                                           f"{len(launch.lowered.members)} ops of {name}")
         return entry
 
-    def _compile(self, cf: Any, analysis: Analysis, native: bool) -> list[_Attempt]:
-        """Lower and compile every cluster. A cluster whose native compilation fails is
-        split in two along its topological order and each half retried (down to
-        ``min_cluster_size``), so one construct the native engine cannot fuse keeps only
-        its own neighbourhood in TensorFlow. A prefix/suffix split never closes a cycle:
-        nothing in the prefix depends on the suffix, and any path from the prefix
-        through other ops back into the suffix already existed."""
+    def _compile(self, cf: Any, analysis: Analysis, native: bool) -> list[Attempt]:
+        """Lower and compile every cluster (the bridge kit's ``compile_clusters``: in
+        parallel, a cluster the native engine refuses halved and retried)."""
         readers: dict[str, set[tf.Operation]] = {}
         for op in analysis.order:
             for t in op.inputs:
                 readers.setdefault(t.name, set()).add(op)
         outputs = {t.name for t in cf.outputs}
         compiler = get_compiler(self._config.target)
-        attempts: list[_Attempt] = []
 
-        def lowered(members: list[tf.Operation]) -> _Attempt:
-            """The attempt with its lowered cluster, or with the reason it has none."""
+        def lower(members: list[tf.Operation]) -> Any:
             member_set = set(members)
             outside = {t.name: t.name in outputs or any(r not in member_set
                                                         for r in readers.get(t.name, ()))
                        for op in members for t in op.outputs}
-            a = _Attempt(members)
-            try:
-                a.lowered = lower_cluster(analysis, members, outside, "disc_cluster")
-            except Exception as exc:
-                a.error = f"lowering failed: {type(exc).__name__}: {exc}"
-                return a
-            if not a.lowered.graph.outputs:  # it only forwards its inputs: nothing to run
-                a.error, a.quiet = ("nothing to compute (the cluster only forwards its "
-                                    "inputs)"), True
-            return a
+            return lower_cluster(analysis, members, outside, "disc_cluster")
 
-        def compiled(a: _Attempt) -> BaseException | None:
-            try:
-                a.exe, a.source, a.seconds = compile_cluster(compiler, a.lowered, native)
-            except Exception as exc:
-                return exc
-            return None
+        return compile_clusters(
+            [list(c.nodes) for c in analysis.clustering.clusters], lower, compiler,
+            need_native=native, min_size=self._config.min_cluster_size,
+            compile=lambda low: compile_cluster(compiler, low, native))
 
-        def settle(a: _Attempt, failure: BaseException | None, depth: int) -> None:
-            """Keep a compiled attempt; split a failed one in two and retry the halves."""
-            if failure is None:
-                attempts.append(a)
-                return
-            half = len(a.members) // 2
-            if depth < _MAX_SPLITS and half >= max(self._config.min_cluster_size, 2):
-                for part in (a.members[:half], a.members[half:]):
-                    b = lowered(part)
-                    settle(b, compiled(b) if b.error is None else None, depth + 1)
-                return
-            a.error = f"{type(failure).__name__}: {failure}"
-            attempts.append(a)
-
-        # lowering reads the TF graph (one thread); the clusters' C compilers then run
-        # side by side, which is most of a first call's time
-        first = [lowered(list(c.nodes)) for c in analysis.clustering.clusters]
-        todo = [a for a in first if a.error is None]
-        failures: dict[int, BaseException | None] = {}
-        if len(todo) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            workers = min(len(todo), max(2, os.cpu_count() or 1))
-            with ThreadPoolExecutor(workers, thread_name_prefix="disc-tf-build") as pool:
-                failures = dict(zip(map(id, todo), pool.map(compiled, todo)))
-        else:
-            failures = {id(a): compiled(a) for a in todo}
-        for a in first:
-            settle(a, failures.get(id(a)), 0)
-        return attempts
-
-    def _record(self, cf: Any, attempts: list[_Attempt], recorder: Any) -> list[Launch]:
+    def _record(self, cf: Any, attempts: list[Attempt], recorder: Any) -> list[Launch]:
         """Report each attempt (the clustering already lists them) and make launches."""
         launches: list[Launch] = []
         for cid, a in enumerate(attempts):
@@ -523,34 +475,6 @@ class DiscFunction:
             key = f"{low.key}-{id(cf)}-{cid}"
             launches.append(Launch(cid, low, a.exe, key, extra))
         return launches
-
-
-#: how many times a cluster that fails to compile natively may be halved
-_MAX_SPLITS = 4
-
-
-@dataclass
-class _Attempt:
-    """One cluster (or a piece of one) and the outcome of lowering and compiling it."""
-
-    members: list[tf.Operation]
-    lowered: Any = None
-    exe: Any = None
-    source: str = ""
-    seconds: float = 0.0
-    error: str | None = None
-    quiet: bool = False  # a failure that is not worth a warning
-
-
-def _split_clustering(clustering: ClusteringResult, attempts: list[_Attempt]
-                      ) -> ClusteringResult:
-    """The clustering with every attempt as its own cluster (ids in attempt order)."""
-    out = ClusteringResult(excluded=dict(clustering.excluded))
-    for cid, a in enumerate(attempts):
-        out.clusters.append(Cluster(cid, tuple(a.members)))
-        for op in a.members:
-            out.cluster_of[op] = cid
-    return out
 
 
 def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: str) -> None:
@@ -595,18 +519,8 @@ def _flush_cluster_calls() -> None:
     if not libs:
         return
     with _totals_lock:
-        for key, (recorder, cluster_id, _what) in list(_launch_owners.items()):
-            for lib in libs:
-                calls, _fallback, secs = lib.stats(key)
-                if calls:
-                    break
-            seen_calls, seen_secs = _seen.get(key, (0, 0.0))
-            if calls <= seen_calls:
-                continue
-            _seen[key] = (calls, secs)
-            per_call = (secs - seen_secs) / (calls - seen_calls)
-            for _ in range(calls - seen_calls):
-                recorder.cluster_call(cluster_id, per_call)
+        flush_cluster_calls(libs, [(key, recorder, cluster_id) for key, (recorder, cluster_id, _w)
+                                   in list(_launch_owners.items())], _seen)
 
 
 _seen: dict[str, tuple[int, float]] = {}

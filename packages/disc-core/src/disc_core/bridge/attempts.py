@@ -62,9 +62,16 @@ def compile_lowered(compiler: Any, graph: Any, need_native: bool) -> tuple[Any, 
 
 def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[Any]], Any],
                      compiler: Any, *, need_native: bool, min_size: int,
-                     max_splits: int = MAX_SPLITS) -> list[Attempt]:
+                     max_splits: int = MAX_SPLITS,
+                     compile: Callable[[Any], tuple[Any, str, float]] | None = None
+                     ) -> list[Attempt]:
     """Lower (``lower(members)``, on this thread) and compile every cluster; see the module
-    docstring. The result lists one attempt per cluster or piece, in order."""
+    docstring. The result lists one attempt per cluster or piece, in order. ``compile``
+    (default :func:`compile_lowered` of the lowered graph with ``compiler``) makes the
+    (executable, cache source, seconds) of one lowered cluster."""
+    if compile is None:
+        def compile(low: Any) -> tuple[Any, str, float]:
+            return compile_lowered(compiler, low.graph, need_native)
 
     def lowered(members: list[Any]) -> Attempt:
         a = Attempt(members)
@@ -80,8 +87,7 @@ def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[An
 
     def compiled(a: Attempt) -> BaseException | None:
         try:
-            a.exe, a.source, a.seconds = compile_lowered(compiler, a.lowered.graph,
-                                                         need_native)
+            a.exe, a.source, a.seconds = compile(a.lowered)
         except Exception as exc:
             a.exe = None
             return exc

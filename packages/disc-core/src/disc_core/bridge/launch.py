@@ -14,11 +14,13 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from disc_runtime.native import ABI_TYPES, blas_functions, launch_support_header
 
-__all__ = ["LaunchLibrary", "publish", "write_build_headers"]
+__all__ = ["LaunchLibrary", "flush_cluster_calls", "publish", "write_build_headers"]
 
 
 def write_build_headers(directory: str | os.PathLike[str]) -> None:
@@ -109,3 +111,25 @@ class LaunchLibrary:
     def inject_failures(self, n: int) -> None:
         """Test hook: the next ``n`` module runs fail as if the module reported an error."""
         self._fn["inject_failures"](ctypes.c_int64(n))
+
+
+def flush_cluster_calls(libs: Sequence[LaunchLibrary | Any],
+                        owners: Iterable[tuple[str, Any, int]],
+                        seen: dict[str, tuple[int, float]]) -> None:
+    """Bring the calls and time in DISC the launch ops counted for each cluster key into
+    the report: ``owners`` gives (key, its report recorder, its cluster id); ``seen`` is the
+    bridge's memory of what was brought in already. Runs before a report is read, never
+    per call (the launch ops count natively, so a call costs no Python)."""
+    for key, recorder, cluster_id in owners:
+        calls, secs = 0, 0.0
+        for lib in libs:
+            calls, _fallback, secs = lib.stats(key)
+            if calls:
+                break
+        seen_calls, seen_secs = seen.get(key, (0, 0.0))
+        if calls <= seen_calls:
+            continue
+        seen[key] = (calls, secs)
+        per_call = (secs - seen_secs) / (calls - seen_calls)
+        for _ in range(calls - seen_calls):
+            recorder.cluster_call(cluster_id, per_call)
