@@ -192,7 +192,8 @@ def _rewrite(program: Any, role: str, state: FunctionState) -> None:
         attempts = compile_clusters(
             [list(c.nodes) for c in clustering.clusters],
             lambda members: lower_cluster(analysis, members, "disc_cluster"),
-            compiler, need_native=True, min_size=config.min_cluster_size)
+            compiler, need_native=True, min_size=config.min_cluster_size,
+            thread_prefix="disc-paddle-build")
         clustering = split_clustering(clustering, attempts)
     report = graph_report(name, analysis.nodes, clustering, op_type=lambda n: n.name,
                           support=analysis.verdicts,

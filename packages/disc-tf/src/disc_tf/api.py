@@ -442,7 +442,8 @@ class DiscFunction:
         return compile_clusters(
             [list(c.nodes) for c in analysis.clustering.clusters], lower, compiler,
             need_native=native, min_size=self._config.min_cluster_size,
-            compile=lambda low: compile_cluster(compiler, low, native))
+            compile=lambda low: compile_cluster(compiler, low, native),
+            thread_prefix="disc-tf-build")
 
     def _record(self, cf: Any, attempts: list[Attempt], recorder: Any) -> list[Launch]:
         """Report each attempt (the clustering already lists them) and make launches."""

@@ -63,12 +63,13 @@ def compile_lowered(compiler: Any, graph: Any, need_native: bool) -> tuple[Any, 
 def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[Any]], Any],
                      compiler: Any, *, need_native: bool, min_size: int,
                      max_splits: int = MAX_SPLITS,
-                     compile: Callable[[Any], tuple[Any, str, float]] | None = None
-                     ) -> list[Attempt]:
+                     compile: Callable[[Any], tuple[Any, str, float]] | None = None,
+                     thread_prefix: str = "disc-build") -> list[Attempt]:
     """Lower (``lower(members)``, on this thread) and compile every cluster; see the module
     docstring. The result lists one attempt per cluster or piece, in order. ``compile``
     (default :func:`compile_lowered` of the lowered graph with ``compiler``) makes the
-    (executable, cache source, seconds) of one lowered cluster."""
+    (executable, cache source, seconds) of one lowered cluster; the build threads are
+    named ``thread_prefix`` (a bridge's own, to tell them apart in a profile)."""
     if compile is None:
         def compile(low: Any) -> tuple[Any, str, float]:
             return compile_lowered(compiler, low.graph, need_native)
@@ -115,7 +116,7 @@ def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[An
         from concurrent.futures import ThreadPoolExecutor
 
         workers = min(len(todo), max(2, os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers, thread_name_prefix="disc-build") as pool:
+        with ThreadPoolExecutor(workers, thread_name_prefix=thread_prefix) as pool:
             failures = dict(zip(map(id, todo), pool.map(compiled, todo)))
     else:
         failures = {id(a): compiled(a) for a in todo}
