@@ -18,6 +18,7 @@ from op_parity import check_ops, rand
 
 from disc_paddle import partition
 from disc_paddle.converters.registry import INPLACE
+from disc_paddle.versions import paddle_version
 
 SIZES = [(2, 7, 9), (1, 5, 5), (3, 12, 8), (1, 1, 2), (4, 16, 11), (0, 5, 6)]
 
@@ -31,9 +32,18 @@ def _dyn(fmt: str, c: int) -> list[int]:
 
 
 def _eager(fn: Any, *arrays: np.ndarray) -> Any:
-    """Paddle's eager result (to size the output gradients)."""
+    """Paddle's eager result (to size the output gradients), or None where an older Paddle
+    (3.0) refuses an empty input, or a pooling window that leaves an empty output, which
+    later ones accept: as in op_parity.check_ops, with no reference the set says nothing
+    and is left out; other failures are the test's."""
     paddle.disable_static()
-    return fn(*[paddle.to_tensor(a) for a in arrays])
+    try:
+        return fn(*[paddle.to_tensor(a) for a in arrays])
+    except (ValueError, RuntimeError) as e:
+        if any(a.size == 0 for a in arrays) or (
+                paddle_version() < (3, 1) and "output_size = 0" in str(e)):
+            return None
+        raise
 
 
 # -- convolution ------------------------------------------------------------------------------
@@ -69,6 +79,8 @@ def test_conv2d_and_grad(case: tuple) -> None:
         x = rand(_shape(fmt, n, c, h, w), dtype, seed=h, low=-1, high=1)
         wt = rand(wshape, dtype, seed=1, low=-1, high=1)
         y = _eager(fwd, x, wt)
+        if y is None:
+            continue
         sets.append([x, wt, rand(list(y.shape), dtype, seed=w, low=-1, high=1)])
     check_ops(build, [(_dyn(fmt, c), dtype), (wshape, dtype), (_dyn(fmt, o), dtype)], sets,
               required=["pd_op.conv2d", "pd_op.conv2d_grad"])
@@ -112,6 +124,8 @@ def test_depthwise_conv2d_and_grad(dtype: str, fmt: str) -> None:
         x = rand(_shape(fmt, n, c, h, w), dtype, seed=h, low=-1, high=1)
         wt = rand(wshape, dtype, seed=3, low=-1, high=1)
         y = _eager(fwd, x, wt)
+        if y is None:
+            continue
         sets.append([x, wt, rand(list(y.shape), dtype, seed=w, low=-1, high=1)])
     check_ops(build, [(_dyn(fmt, c), dtype), (wshape, dtype), (_dyn(fmt, c * mult), dtype)],
               sets, required=["pd_op.depthwise_conv2d", "pd_op.depthwise_conv2d_grad"])
@@ -255,6 +269,8 @@ def test_pool2d_and_grad(case: tuple) -> None:
         if kind == "max":
             x = np.round(x).astype(dtype)
         y = _eager(fwd, x)
+        if y is None:
+            continue
         sets.append([x, rand(list(y.shape), dtype, seed=w)])
     check_ops(build, [(_dyn(fmt, c), dtype), (_dyn(fmt, c), dtype)], sets,
               required=["pd_op.pool2d", "pd_op.pool2d_grad"])
@@ -298,8 +314,11 @@ def test_max_pool2d_with_index_and_grad(case: tuple) -> None:
     sets = []
     for n, h, w in SIZES:
         x = np.round(rand([n, 3, h, w], dtype, seed=h)).astype(dtype)
-        y, _ = _eager(lambda t: paddle._C_ops.max_pool2d_with_index(t, k, s, p, glob, adapt,
-                                                                     ceil), x)
+        res = _eager(lambda t: paddle._C_ops.max_pool2d_with_index(t, k, s, p, glob, adapt,
+                                                                    ceil), x)
+        if res is None:
+            continue
+        y = res[0]
         sets.append([x, rand(list(y.shape), dtype, seed=w)])
     check_ops(build, [([-1, 3, -1, -1], dtype), ([-1, 3, -1, -1], dtype)], sets,
               required=["pd_op.max_pool2d_with_index", "pd_op.max_pool2d_with_index_grad"])

@@ -15,6 +15,7 @@ import pytest
 from op_parity import check_ops, rand
 
 from disc_paddle import partition
+from disc_paddle.versions import paddle_version
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -65,6 +66,10 @@ def _matmul_shape(a, b, tx, ty):
 @pytest.mark.parametrize("case", range(len(MATMUL_CASES)))
 def test_matmul_and_grad(case, dtype):
     xs, ys, tx, ty, shapes = MATMUL_CASES[case]
+    if paddle_version() < (3, 1) and len(xs) == 2 and len(ys) == 1 and ty:
+        # Paddle 3.0's matmul_grad of a 2-D x and a 1-D y with transpose_y=True returns
+        # uninitialized memory (a Paddle bug, fixed in 3.1): no reference on 3.0
+        pytest.skip("Paddle 3.0's matmul_grad is wrong for 2-D x, 1-D y, transpose_y")
 
     def build(x, y, g):
         out = C.matmul(x, y, tx, ty)
@@ -199,8 +204,9 @@ def test_logsumexp_softmax_infinities(dtype):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_reduction_grads(dtype):
-    """sum/mean/max/min/logsumexp gradients, keepdim or not, ties in max and min (Paddle
-    splits the gradient evenly between equal extremes)."""
+    """sum/mean/max/min/logsumexp gradients, keepdim or not, ties in max and min (from
+    Paddle 3.1 on equal extremes split the gradient evenly, in 3.0 each gets all of it:
+    the reference is the installed Paddle, so each version's run checks its rule)."""
     def build(x):
         outs = []
         for axis, keep in (([1], True), ([0, 2], False), ([], False)):
@@ -299,7 +305,11 @@ def test_layer_norm_gpt_shapes(dtype):
 
     sets = [[rand((b, s, 16), dtype, b + s, -3, 3), rand((16,), dtype, 1),
              rand((16,), dtype, 2), rand((b, s, 16), dtype, b * s + 7)]
-            for b, s in ((2, 3), (1, 1), (3, 7), (0, 4))]
+            for b, s in ((2, 3), (1, 1), (3, 7), (0, 4))
+            # Paddle 3.0's layer_norm_grad leaves scale_grad/bias_grad unwritten on an
+            # empty batch (the executor hands back a reused buffer's stale values, not
+            # zeros; fixed in 3.1): no reference there, so 3.0 runs without that set
+            if b or paddle_version() >= (3, 1)]
     check_ops(build, [([-1, -1, 16], dtype), ([16], dtype), ([16], dtype),
                       ([-1, -1, 16], dtype)], sets,
               required=["pd_op.layer_norm", "pd_op.layer_norm_grad"])

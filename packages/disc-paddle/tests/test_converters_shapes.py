@@ -9,6 +9,7 @@ import pytest
 from op_parity import check_ops, rand
 
 from disc_paddle import partition
+from disc_paddle.versions import paddle_version
 
 C = paddle._C_ops
 FLOATS = ["float32", "float64"]
@@ -163,7 +164,10 @@ def test_concat_stack_split_unbind(dtype):
         u = paddle.unbind(x, axis=1)
         return c, st, a, b, cc, d, e, f, g, u[0], u[5]
     sets = [[rand([n, 6, k], dtype, n), rand([n, 6, m], dtype, k)]
-            for n, k, m in ((2, 3, 1), (4, 1, 0), (6, 5, 4), (0, 2, 2))]
+            for n, k, m in ((2, 3, 1), (4, 1, 0), (6, 5, 4), (0, 2, 2))
+            # Paddle 3.0's executor segfaults in concat of an empty batch (fixed in 3.1):
+            # no reference there, so 3.0 runs without that set
+            if n or paddle_version() >= (3, 1)]
     check_ops(build, [([-1, 6, -1], dtype), ([-1, 6, -1], dtype)], sets,
               required=["pd_op.concat", "pd_op.stack", "pd_op.split",
                         "pd_op.split_with_num", "pd_op.unbind"])

@@ -68,3 +68,16 @@ def test_import_fails_with_the_fix_when_paddle_is_unsupported():
         ">=3.0,<3.4, but paddlepaddle 2.6.2 is installed; install a supported version with: "
         "pip install 'paddlepaddle>=3.0,<3.4'"
     )
+
+
+def test_paddle_version_tuple():
+    """disc_paddle.versions: what converters with version-dependent semantics ask."""
+    import paddle
+
+    from disc_paddle.versions import paddle_version, parse_version
+
+    assert parse_version("3.1.1") == (3, 1, 1)
+    assert parse_version("3.0.0rc1") == (3, 0, 0)
+    assert parse_version("3.2") == (3, 2, 0)
+    assert parse_version("0.0.0") > (3, 3, 1)  # a develop build
+    assert paddle_version() == parse_version(paddle.__version__)

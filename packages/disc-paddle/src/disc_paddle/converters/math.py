@@ -21,6 +21,7 @@ from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, floordiv, mod, smax, smin
 
 from ..lowering import ConversionError, Lowering, core_dtype, dtype_code
+from ..versions import paddle_version
 from .registry import ALL_DTYPES, FLOAT_DTYPES, Known, converter
 
 MAX_KNOWN = 64  # fold integer tensors up to this many elements (shapes, indices)
@@ -200,9 +201,14 @@ def _binary(core: str) -> Callable[[Lowering, Any], Any]:
         if folded is not None:
             return folded
         a, b = _binary_operands(ctx, op, _result_dtype(op))
+        if core in ("max", "min") and a.dtype.is_float and paddle_version() < (3, 1):
+            # Paddle 3.0's maximum/minimum are ``x > y ? x : y`` (``<`` for minimum): a
+            # NaN in x gives y; from 3.1 on a NaN on either side propagates
+            return _select(ctx, _cmp(ctx, a, b, "gt" if core == "max" else "lt"), a, b)
         return ctx.op(core, a, b)
 
-    fn.__doc__ = f"numpy-broadcast ``{core}``; integer sizes known at compile time fold."
+    fn.__doc__ = (f"numpy-broadcast ``{core}``; integer sizes known at compile time fold "
+                  "(float max/min follow the installed Paddle's NaN rule).")
     return fn
 
 
@@ -260,9 +266,13 @@ def remainder(ctx: Lowering, op: Any) -> Any:
 def _int_pow(ctx: Lowering, a: Value, b: Value) -> Value:
     """Integer ``a ** b`` as Paddle computes it on CPU: ``pow`` in double, converted back
     (exact while the result fits; ``0 ** -n`` is 0, a negative power of another integer
-    truncates toward 0)."""
-    out = ctx.op("pow", ctx.cast(a, DType.F64), ctx.cast(b, DType.F64))
-    return ctx.cast(out, a.dtype)
+    truncates toward 0). Paddle 3.0 converts the infinite ``0 ** -n`` as x86 does, to
+    the dtype's minimum; from 3.1 on it is 0."""
+    out = ctx.cast(ctx.op("pow", ctx.cast(a, DType.F64), ctx.cast(b, DType.F64)), a.dtype)
+    if paddle_version() < (3, 1) and a.dtype.is_signed:
+        pole = ctx.op("and", _cmp(ctx, a, 0, "eq"), _cmp(ctx, b, 0, "lt"))
+        out = _select(ctx, pole, _like(ctx, int(np.iinfo(a.dtype.np).min), out), out)
+    return out
 
 
 @converter("pd_op.elementwise_pow", dtypes=NUMERIC)
@@ -316,12 +326,19 @@ def divide_grad(ctx: Lowering, op: Any) -> list[Value | None]:
 
 
 def _minmax_grad(direction: str) -> Callable[[Lowering, Any], list[Value | None]]:
-    """Paddle splits a tie evenly: each operand gets half of ``dout`` where x == y."""
+    """Ties follow the installed Paddle: from 3.1 on each operand gets half of ``dout``
+    where x == y; Paddle 3.0 gives all of it to y."""
     def fn(ctx: Lowering, op: Any) -> list[Value | None]:
         x, y, dout = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
         xb, yb = ctx.broadcast_to(x, dout.shape), ctx.broadcast_to(y, dout.shape)
         zero, half = _like(ctx, 0, dout), _scale(ctx, dout, 0.5)
         tie = _cmp(ctx, xb, yb, "eq")
+        if paddle_version() < (3, 1):
+            return _xy_grads(
+                ctx, op, x, y,
+                lambda: _select(ctx, _cmp(ctx, xb, yb, direction), dout, zero),
+                lambda: _select(ctx, ctx.op("or", _cmp(ctx, yb, xb, direction), tie),
+                                dout, zero))
 
         def part(first: Value, second: Value) -> Value:
             return _select(ctx, _cmp(ctx, first, second, direction), dout,
@@ -337,21 +354,25 @@ converter("pd_op.minimum_grad", dtypes=FLOAT_DTYPES)(_minmax_grad("lt"))
 
 
 def _pow_dx(ctx: Lowering, x: Value, y: Value, dout: Value) -> Value:
-    """dout * y * x**(y - 1), and 0 where y == 0 (Paddle's kernel; the formula gives NaN
-    at x == 0 there)."""
+    """dout * y * x**(y - 1), and 0 where y == 0 (Paddle's kernel from 3.1 on; the formula
+    gives NaN at x == 0 there, as Paddle 3.0 does)."""
     d = _mul(ctx, dout, y, ctx.op("pow", x, ctx.op("sub", y, _like(ctx, 1, y))))
+    if paddle_version() < (3, 1):  # Paddle 3.0's kernel is the bare formula
+        return d
     return _select(ctx, _cmp(ctx, y, 0, "eq"), _like(ctx, 0, d), d)
 
 
 @converter("pd_op.elementwise_pow_grad", dtypes=FLOAT_DTYPES)
 def elementwise_pow_grad(ctx: Lowering, op: Any) -> list[Value | None]:
     """dx as :func:`_pow_dx`; dy = dout * log(x) * x**y, and 0 where x == 0 and y >= 0
-    (Paddle's kernel; the formula gives NaN or -inf there)."""
+    (Paddle's kernel from 3.1 on; the formula, as Paddle 3.0, gives NaN or -inf there)."""
     x, y, dout = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     xb, yb = ctx.broadcast_to(x, dout.shape), ctx.broadcast_to(y, dout.shape)
 
     def dy() -> Value:
         d = _mul(ctx, dout, ctx.op("log", xb), ctx.op("pow", xb, yb))
+        if paddle_version() < (3, 1):  # Paddle 3.0's kernel is the bare formula
+            return d
         at_zero = ctx.op("and", _cmp(ctx, xb, 0, "eq"), _cmp(ctx, yb, 0, "ge"))
         return _select(ctx, at_zero, _like(ctx, 0, d), d)
 
@@ -455,12 +476,20 @@ for _pd, _core in {"pd_op.abs": "abs", "pd_op.sign": "sign"}.items():
 
 @converter("pd_op.round", dtypes=FLOAT_DTYPES)
 def round_(ctx: Lowering, op: Any) -> Value:
-    """Paddle rounds half to even (``round(2.5) == 2``). ``decimals != 0`` scales by a power
-    of ten whose exact float steps are not pinned down here: refused."""
+    """Paddle from 3.1 on rounds half to even (``round(2.5) == 2``); Paddle 3.0 rounds half
+    away from zero (``round(2.5) == 3``): a tie (``|x - rint(x)| == 0.5``, exact) then
+    moves x by half away from zero. ``decimals != 0`` scales by a power of ten whose exact
+    float steps are not pinned down here: refused."""
     decimals = int(ctx.attr(op, "decimals", 0))
     if decimals != 0:
         raise ConversionError(f"pd_op.round with decimals={decimals} is not converted")
-    return ctx.op("round_even", ctx.input(op, 0))
+    x = ctx.input(op, 0)
+    r = ctx.op("round_even", x)
+    if paddle_version() >= (3, 1):
+        return r
+    tie = _cmp(ctx, ctx.op("abs", ctx.op("sub", x, r)), 0.5, "eq")
+    half = _select(ctx, _cmp(ctx, x, 0, "lt"), _like(ctx, -0.5, x), _like(ctx, 0.5, x))
+    return _select(ctx, tie, ctx.op("add", x, half), r)
 
 
 @converter("pd_op.square", dtypes=NUMERIC)
@@ -557,11 +586,14 @@ def clip(ctx: Lowering, op: Any) -> Value:
 
 @converter("pd_op.clip_grad", dtypes=FLOAT_DTYPES)
 def clip_grad(ctx: Lowering, op: Any) -> Value:
-    """dout where lo <= x <= hi (bounds included, as Paddle), else 0."""
+    """dout where lo <= x <= hi (bounds included, as Paddle from 3.1 on; Paddle 3.0
+    excludes them: lo < x < hi), else 0."""
     x, dout = ctx.broadcast_all(ctx.input(op, 0), ctx.input(op, 1))
     lo = _scalar_operand(ctx, op, 2, "min", x)
     hi = _scalar_operand(ctx, op, 3, "max", x)
-    inside = ctx.op("and", _cmp(ctx, x, lo, "ge"), _cmp(ctx, x, hi, "le"))
+    strict = paddle_version() < (3, 1)
+    inside = ctx.op("and", _cmp(ctx, x, lo, "gt" if strict else "ge"),
+                    _cmp(ctx, x, hi, "lt" if strict else "le"))
     return _select(ctx, inside, dout, _like(ctx, 0, dout))
 
 

@@ -9,6 +9,7 @@ from disc_core.dtypes import DType
 from disc_core.ir import Value
 
 from ..lowering import ConversionError, Lowering, core_dtype
+from ..versions import paddle_version
 from .registry import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, converter
 
 # -- helpers ------------------------------------------------------------------------------
@@ -144,13 +145,17 @@ def mean_grad(ctx: Lowering, op: Any) -> Value:
 
 
 def _extreme_grad(ctx: Lowering, op: Any) -> Value:
-    """Inputs (x, out, out_grad, axis). Paddle splits the gradient evenly between the
-    elements equal to the extreme (ties share it)."""
+    """Inputs (x, out, out_grad, axis). The elements equal to the extreme get the
+    gradient; ties follow the installed Paddle: from 3.1 on they split it evenly, Paddle
+    3.0 gives the full gradient to every tied element."""
     x, out, g = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     axes = _axes(ctx, op, x, 3)
     hit = ctx.cast(ctx.op("compare", x, _spread(ctx, out, x, axes), direction="eq"), x.dtype)
+    full = ctx.op("mul", hit, _spread(ctx, g, x, axes))
+    if paddle_version() < (3, 1):
+        return full
     count = _spread(ctx, reduce(ctx, hit, "sum", axes), x, axes)
-    return ctx.op("div", ctx.op("mul", hit, _spread(ctx, g, x, axes)), count)
+    return ctx.op("div", full, count)
 
 
 converter("pd_op.max_grad", "pd_op.min_grad", dtypes=FLOAT_DTYPES)(_extreme_grad)
