@@ -198,7 +198,10 @@ def test_expand_tile_and_gradients(dtype):
         return e, eg, t, t2, tg
     specs = [([-1, 1, -1], dtype), ([-1, 1, -1], dtype)]
     sets = [[rand([n, 1, k], dtype, n), rand([2 * n, 1, 3 * k], dtype, 2)]
-            for n, k in ((2, 3), (1, 1), (5, 4), (0, 2), (3, 0))]
+            for n, k in ((2, 3), (1, 1), (5, 4), (0, 2), (3, 0))
+            # Paddle 3.0's expand_grad kernel dies of SIGFPE on an empty input (fixed in
+            # 3.1): no reference there, so 3.0 runs without those sets
+            if n * k or paddle_version() >= (3, 1)]
     check_ops(build, specs, sets, required=["pd_op.expand_grad", "pd_op.tile_grad"])
 
 
