@@ -210,10 +210,16 @@ def test_expand_as_and_gradient(dtype):
     def build(x):
         y = paddle.expand(x, [-1, 6, -1])
         ea = paddle.expand_as(x, y)
+        if paddle_version() < (3, 1):
+            # Paddle 3.0's expand_as_grad with a -1 in target_shape returns zeros (wrong;
+            # fixed in 3.1): no reference for the gradient there
+            return ea
         return ea, C.expand_as_grad(x, ea, [-1, 6, -1])
     # no zero-size input: Paddle's expand_as fails on one (and its gradient divides by 0)
     sets = [[rand([n, 1, k], dtype, n)] for n, k in ((2, 3), (1, 1), (5, 4))]
-    check_ops(build, [([-1, 1, -1], dtype)], sets, required=["pd_op.expand_as_grad"])
+    required = ["pd_op.expand_as"] + (["pd_op.expand_as_grad"] if paddle_version() >= (3, 1)
+                                      else [])
+    check_ops(build, [([-1, 1, -1], dtype)], sets, required=required)
 
 
 def test_tile_of_integers_with_a_shape_value():
@@ -276,6 +282,11 @@ def test_gather_index_select_embedding_and_gradients(dtype, itype):
         gg_ = C.gather_grad(x, i, gg, 1)
         s = paddle.index_select(x, i, axis=-1)
         sg = C.index_select_grad(x, i, gi, 2)
+        if paddle_version() < (3, 1):
+            # Paddle 3.0's gather_grad along an inner axis is wrong (every leading index
+            # gets the sums of the first: [[3, 0, 3, 0], [3, 0, 3, 0]] for [[3, 0, 3, 0],
+            # [9, 0, 6, 0]]; fixed in 3.1): no reference for it there
+            return e, eg, e2, g, s, sg
         return e, eg, e2, g, gg_, s, sg
     specs = [([-1, 5, -1], dtype), ([-1], itype), ([10, 4], dtype), ([-1, 4], dtype),
              ([-1, -1, -1], dtype), ([-1, 5, -1], dtype)]
