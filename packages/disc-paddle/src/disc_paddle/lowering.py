@@ -31,7 +31,7 @@ from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr
 
 __all__ = ["PADDLE_DTYPES", "ConversionError", "Known", "Lowering", "core_dtype",
-           "dtype_code", "known_array", "vid"]
+           "dtype_code", "vid"]
 
 #: Paddle DataType codes (``int(value.dtype)``) of the dtypes DISC takes
 PADDLE_DTYPES: dict[int, DType] = {}
@@ -101,16 +101,6 @@ class Vector:
 
 def _is_int_like(x: Any) -> bool:
     return isinstance(x, (int, np.integer, Expr))
-
-
-def known_array(values: Sequence[Any], shape: Sequence[int] | None = None) -> np.ndarray:
-    """An object array of sizes (Expr, constants folded to int)."""
-    out = np.empty(len(values), dtype=object)
-    for i, e in enumerate(values):
-        if isinstance(e, Expr) and e.is_const:
-            e = e.value
-        out[i] = int(e) if isinstance(e, (int, np.integer)) else e
-    return out.reshape(tuple(shape)) if shape is not None else out
 
 
 class Lowering(LoweringContext):

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from disc_core.bridge.convert import Expected, as_results, check_count, check_result, run_converter
+from disc_core.bridge.known import symbols_of
 from disc_core.bridge.verdict import precheck, trial
 from disc_core.clustering import ClusteringResult, Support, find_clusters
 from disc_core.ir import Graph, Value
@@ -254,13 +255,6 @@ class LoweredCluster:
         return hashlib.sha256(str(self.graph).encode()).hexdigest()[:16]
 
 
-def _symbols_of(dims: Iterable[Expr]) -> set[str]:
-    out: set[str] = set()
-    for d in dims:
-        out |= d.free_symbols()
-    return out
-
-
 def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> LoweredCluster:
     """The core graph of one cluster."""
     view = analysis.view
@@ -307,7 +301,7 @@ def lower_cluster(analysis: Analysis, members: list[Node], name: str) -> Lowered
             ctx.known_values[vid(v)] = k
             continue
         if k is not None and k.dtype == object and \
-                _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr)) <= bound:
+                symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr)) <= bound:
             later_known.append(v)  # a shape computed outside, in the inputs' sizes
             continue
         t = analysis.types.get(vid(v))
@@ -377,7 +371,7 @@ def _binders(analysis: Analysis, external: list[Any], fed: list[Any], bound: set
     for v in external:
         k = analysis.known.get(vid(v))
         if k is not None and k.dtype == object:
-            wanted |= _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
+            wanted |= symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
     wanted -= bound
     if not wanted:
         return []

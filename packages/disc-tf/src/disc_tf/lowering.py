@@ -131,13 +131,3 @@ class Lowering(LoweringContext):
 
     # building (op, scalar, const, cast, reshape, full, numpy broadcasting by the bridges'
     # one rule, size_value, materialize): LoweringContext's, see disc_core.bridge.context
-
-
-def known_array(values: Sequence[Any]) -> np.ndarray:
-    """An object array of sizes (Expr, constants folded to int) for a known shape vector."""
-    out = np.empty(len(values), dtype=object)
-    for i, e in enumerate(values):
-        if isinstance(e, Expr) and e.is_const:
-            e = e.value
-        out[i] = int(e) if isinstance(e, (int, np.integer)) else e
-    return out

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from disc_core.bridge.convert import Expected, as_results, check_count, check_result, run_converter
+from disc_core.bridge.known import symbols_of
 from disc_core.bridge.verdict import precheck, trial
 from disc_core.clustering import ClusteringResult, Support, find_clusters
 from disc_core.ir import Graph, Value
@@ -220,13 +221,6 @@ class LoweredCluster:
         return hashlib.sha256(str(self.graph).encode()).hexdigest()[:16]
 
 
-def _symbols_of(dims: Iterable[Expr]) -> set[str]:
-    out: set[str] = set()
-    for d in dims:
-        out |= d.free_symbols()
-    return out
-
-
 def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_readers:
                   dict[str, bool], name: str) -> LoweredCluster:
     """The core graph of one cluster. ``outside_readers[tensor]`` says whether a tensor is
@@ -271,7 +265,7 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
         v = analysis.types.get(t.name)
         k = analysis.known.get(t.name)
         if k is not None and k.dtype == object and \
-                _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr)) <= bound:
+                symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr)) <= bound:
             continue  # a shape computed outside, in terms of the inputs' dims: below
         if v is None:  # a known shape whose sizes no input binds: fed as data
             if t.shape.rank is None:
@@ -376,7 +370,7 @@ def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tenso
     for t in fed:
         k = analysis.known.get(t.name)
         if k is not None and k.dtype == object:
-            wanted |= _symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
+            wanted |= symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
     wanted -= bound
     if not wanted:
         return []

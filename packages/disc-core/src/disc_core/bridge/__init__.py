@@ -13,6 +13,8 @@ functions and its execution glue; everything else a bridge needs is here, once:
   graph under construction, casts, reshapes, constants, broadcasting).
 * :mod:`.convert`: the lowering wrapper: look a converter up, run it, and check its
   results against what the framework recorded (``Expected`` dtype and dims).
+* :mod:`.known`: known values (folded shape computations: ints and symbolic sizes in an
+  object array), built and read the same way by every bridge.
 * :mod:`.broadcast`: the ONE implicit-broadcasting rule (numpy's, with symbolic dims
   left to a run-time check instead of assumed).
 * :mod:`.verdict`: a node's verdict for clustering: the table's checks (``precheck``: a
@@ -48,6 +50,8 @@ _EXPORTS = {
     "Converter": "table", "ConverterTable": "table",
     "precheck": "verdict", "trial": "verdict",
     "LaunchLibrary": "launch", "publish": "launch", "write_build_headers": "launch",
+    "as_object_array": "known", "known_array": "known", "normalize": "known",
+    "symbols_of": "known",
     "Attempt": "attempts", "compile_clusters": "attempts", "compile_lowered": "attempts",
     "record_attempts": "attempts", "split_clustering": "attempts",
 }

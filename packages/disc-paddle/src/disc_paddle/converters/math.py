@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from disc_core.bridge.known import as_object_array, normalize
 from disc_core.dtypes import DType
 from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, floordiv, mod, smax, smin
@@ -79,19 +80,6 @@ def _binary_operands(ctx: Lowering, op: Any, dtype: DType | None = None) -> list
     return ctx.broadcast_all(a, b)
 
 
-def _as_obj(k: np.ndarray) -> np.ndarray:
-    out = np.empty(k.shape, dtype=object)
-    for idx, e in np.ndenumerate(k):
-        out[idx] = e if isinstance(e, Expr) else int(e)
-    return out
-
-
-def _norm(e: Any) -> Any:
-    if isinstance(e, Expr) and e.is_const:
-        return e.value
-    return int(e) if isinstance(e, (int, np.integer)) else e
-
-
 def _known_int(ctx: Lowering, op: Any, i: int) -> np.ndarray | None:
     """Operand ``i``'s known value as an object array of int/Expr, when it is a small
     integer tensor known at compile time."""
@@ -101,7 +89,7 @@ def _known_int(ctx: Lowering, op: Any, i: int) -> np.ndarray | None:
         return None
     if k.dtype != object and not np.issubdtype(k.dtype, np.integer):
         return None
-    return _as_obj(k)
+    return as_object_array(k)
 
 
 def _fits(values: np.ndarray, dtype: DType) -> bool:
@@ -119,7 +107,7 @@ def _fold_values(fn: Callable[..., Any], args: list[np.ndarray], dtype: DType
     try:
         for idx, vals in zip(np.ndindex(*shape),
                              zip(*[np.broadcast_to(a, shape).reshape(-1) for a in args])):
-            out[idx] = _norm(fn(*[as_expr(x) for x in vals]))
+            out[idx] = normalize(fn(*[as_expr(x) for x in vals]))
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     return Known(out) if _fits(out, dtype) else None

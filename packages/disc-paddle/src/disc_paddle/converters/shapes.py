@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from disc_core.bridge.known import as_object_array, known_array
 from disc_core.dtypes import DType
 from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, mod, product, smax, smin
 
-from ..lowering import ConversionError, Lowering, core_dtype, known_array
+from ..lowering import ConversionError, Lowering, core_dtype
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, Known, Vector, converter
 
 MAX_KNOWN = 64  # fold integer tensors up to this many elements (shapes, indices)
@@ -40,21 +41,6 @@ _INDEX_DTYPES = (DType.I32, DType.I64)
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-def _norm(e: Any) -> Any:
-    """An int for a constant, the Expr otherwise."""
-    if isinstance(e, Expr) and e.is_const:
-        return e.value
-    return int(e) if isinstance(e, (int, np.integer)) else e
-
-
-def _as_obj(k: np.ndarray) -> np.ndarray:
-    """A known value as an object array of ints and Exprs (for folding)."""
-    out = np.empty(k.shape, dtype=object)
-    for idx, e in np.ndenumerate(k):
-        out[idx] = _norm(e) if isinstance(e, (Expr, int, np.integer)) else e
-    return out
-
 
 def _small_known(ctx: Lowering, v: Any) -> np.ndarray | None:
     """The known value of ``v`` when it is small enough to fold."""
@@ -451,7 +437,7 @@ def _known_slice(k: np.ndarray, axes: Sequence[int], starts: Sequence[Any],
     index = [slice(None)] * k.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[_axis(int(a), k.ndim)] = slice(int(s), int(e), int(st))
-    out = _as_obj(k)[tuple(index)]
+    out = as_object_array(k)[tuple(index)]
     if decrease:
         drop = {_axis(int(a), k.ndim) for a in decrease}
         out = out.reshape([d for i, d in enumerate(out.shape) if i not in drop])
@@ -513,7 +499,7 @@ def _known_parts(ctx: Lowering, items: Sequence[Any]) -> list[np.ndarray] | None
     ks = [_small_known(ctx, v) for v in items]
     if any(k is None or not _is_int_known(k) for k in ks):
         return None
-    return [_as_obj(k) for k in ks]  # type: ignore[arg-type]
+    return [as_object_array(k) for k in ks]  # type: ignore[arg-type]
 
 
 @converter("pd_op.concat", dtypes=ALL_DTYPES)

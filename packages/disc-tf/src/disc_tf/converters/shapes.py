@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from disc_core.bridge.known import as_object_array, known_array, normalize
 from disc_core.dtypes import DType
 from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, mod, product, smax, smin
 
-from ..lowering import ConversionError, Lowering, core_dtype, known_array
+from ..lowering import ConversionError, Lowering, core_dtype
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, Known, converter
 
 MAX_KNOWN = 64  # fold integer tensors up to this many elements (shapes, indices)
@@ -27,27 +28,14 @@ def _known_int(ctx: Lowering, t: tf.Tensor) -> np.ndarray | None:
     return k
 
 
-def _as_obj(k: np.ndarray) -> np.ndarray:
-    out = np.empty(k.shape, dtype=object)
-    for idx, e in np.ndenumerate(k):
-        out[idx] = e if isinstance(e, Expr) else int(e)
-    return out
-
-
-def _norm(e: Any) -> Any:
-    if isinstance(e, Expr) and e.is_const:
-        return e.value
-    return int(e) if isinstance(e, (int, np.integer)) else e
-
-
 def _fold(fn: Callable[[Any, Any], Any], ctx: Lowering, op: tf.Operation) -> Known | None:
     """Integer arithmetic on known values (sizes), elementwise with broadcasting."""
     ks = [_known_int(ctx, t) for t in op.inputs]
     if any(k is None for k in ks):
         return None
-    args = [_as_obj(k) for k in ks]  # type: ignore[arg-type]
+    args = [as_object_array(k) for k in ks]  # type: ignore[arg-type]
     try:
-        out = np.frompyfunc(lambda a, b: _norm(fn(as_expr(a), as_expr(b))), 2, 1)(*args)
+        out = np.frompyfunc(lambda a, b: normalize(fn(as_expr(a), as_expr(b))), 2, 1)(*args)
     except (TypeError, ValueError, ZeroDivisionError):
         return None
     return Known(np.asarray(out, dtype=object))
@@ -169,7 +157,7 @@ def range_(ctx: Lowering, op: tf.Operation) -> Any:
     if start is None or limit is None or delta is None:
         raise ConversionError("Range bounds computed at run time from tensor data",
                               code="data_dependent_shape")
-    s, lim, d = (_norm(np.asarray(k).reshape(-1)[0]) for k in (start, limit, delta))
+    s, lim, d = (normalize(np.asarray(k).reshape(-1)[0]) for k in (start, limit, delta))
     if not isinstance(lim, Expr):
         return Known(np.arange(s, lim, d).astype(dtype.np))
     if isinstance(s, Expr) or isinstance(d, Expr) or not dtype.is_int or d <= 0:
@@ -281,7 +269,7 @@ def concat(ctx: Lowering, op: tf.Operation) -> Any:
     axis = ctx.static_ints(op.inputs[-1], "axis")[0]
     ks = [ctx.known(t) for t in ts]
     if all(k is not None and k.size <= MAX_KNOWN for k in ks) and op.outputs[0].dtype.is_integer:
-        return Known(np.concatenate([_as_obj(k) for k in ks], axis=axis))  # type: ignore
+        return Known(np.concatenate([as_object_array(k) for k in ks], axis=axis))  # type: ignore
     vs = [ctx.value(t) for t in ts]
     axis = axis % vs[0].rank
     vs = [v for v in vs if not (v.shape[axis].is_const and v.shape[axis].value == 0)] or vs[:1]
@@ -293,7 +281,7 @@ def pack(ctx: Lowering, op: tf.Operation) -> Any:
     axis = op.get_attr("axis")
     ks = [ctx.known(t) for t in op.inputs]
     if all(k is not None and k.size <= MAX_KNOWN for k in ks) and op.outputs[0].dtype.is_integer:
-        return Known(np.stack([_as_obj(k) for k in ks], axis=axis))  # type: ignore
+        return Known(np.stack([as_object_array(k) for k in ks], axis=axis))  # type: ignore
     vs = [ctx.value(t) for t in op.inputs]
     axis = axis % (vs[0].rank + 1)
     parts = [ctx.reshape(v, list(v.shape[:axis]) + [1] + list(v.shape[axis:])) for v in vs]
@@ -458,8 +446,8 @@ def strided_slice(ctx: Lowering, op: tf.Operation) -> Any:
             b = None if op.get_attr("begin_mask") & 1 else begin[0]
             e = None if op.get_attr("end_mask") & 1 else end[0]
             if op.get_attr("shrink_axis_mask") & 1:
-                return Known(np.asarray(_as_obj(k)[begin[0]], dtype=object).reshape(()))
-            return Known(_as_obj(k)[b:e:strides[0]])
+                return Known(np.asarray(as_object_array(k)[begin[0]], dtype=object).reshape(()))
+            return Known(as_object_array(k)[b:e:strides[0]])
     x = ctx.value(op.inputs[0])
     return _SliceSpec(ctx, op, tuple(x.shape)).apply(ctx, x)
 
@@ -521,7 +509,7 @@ def slice_(ctx: Lowering, op: tf.Operation) -> Any:
     if k is not None and k.ndim == 1 and not isinstance(begin[0], Expr) and \
             not isinstance(size[0], Expr):
         stop = None if size[0] == -1 else begin[0] + size[0]
-        return Known(_as_obj(k)[begin[0]:stop])
+        return Known(as_object_array(k)[begin[0]:stop])
     x = ctx.value(op.inputs[0])
     starts = [as_expr(b) for b in begin]
     limits = [x.shape[i] if (not isinstance(s, Expr) and s == -1) else starts[i] + s
@@ -535,7 +523,7 @@ def gather(ctx: Lowering, op: tf.Operation) -> Any:
     batch_dims = op.get_attr("batch_dims")
     k, ki = _known_int(ctx, op.inputs[0]), ctx.known(op.inputs[1])
     if k is not None and k.ndim == 1 and ki is not None and ki.dtype != object and not batch_dims:
-        return Known(_as_obj(k)[np.asarray(ki)])
+        return Known(as_object_array(k)[np.asarray(ki)])
     x, idx = ctx.value(op.inputs[0]), ctx.value(op.inputs[1])
     if idx.dtype not in (DType.I32, DType.I64):
         raise ConversionError(f"indices of {idx.dtype}", code="unsupported_dtype")
