@@ -47,10 +47,15 @@ def test_report_file_names_fallbacks_and_renders(tmp_path) -> None:
     assert relu and all(n["status"] == "fallback" and n["reason"] == "excluded_by_user"
                         for n in relu)
     assert any(n["status"] == "compiled" for n in nodes)
+    # every built cluster ran native code: that, and only that, counts as compiled
+    clusters = [c for g in data["graphs"] for c in g["clusters"]]
+    assert clusters and {c.get("engine") for c in clusters} <= {"native", "framework"}
+    assert any(c.get("engine") == "native" for c in clusters)
     cli = [sys.executable, "-m", "disc_core.cli"]
     shown = subprocess.run(cli + ["report", str(path)], check=True, capture_output=True,
                            text=True).stdout
     assert "pd_op.relu" in shown and "excluded" in shown
+    assert "engines: " in shown and " native" in shown
     # another bridge's report (another run: its own id and framework) merges with it
     other = json.loads(path.read_text())
     for r in other["runs"]:

@@ -11,3 +11,39 @@ def test_report_lists_only_tf_graphs() -> None:
     names = [g.name for g in disc_tf.report().graphs]
     assert "mine" in names and "theirs" not in names
     assert {r.framework for r in disc_tf.report().runs} == {"tensorflow"}
+
+
+def _clusters_of(f) -> list[report.ClusterRecord]:
+    return f.coverage().clusters
+
+
+def test_each_cluster_names_its_engine_and_only_native_counts() -> None:
+    import warnings
+
+    import tensorflow as tf
+    from helpers import assert_same, rand
+
+    def fn(x):
+        return tf.tanh(x * 2.0 + 1.0) - x
+
+    native = disc_tf.function(fn)
+    assert_same(native(rand([3, 4])), fn(rand([3, 4])))
+    assert [c.engine for c in _clusters_of(native)] == [report.Engine.NATIVE]
+    assert native.coverage().summary().compiled == len(native.coverage().nodes) == 5
+
+    from disc_core.bridge import fallback
+
+    fallback._warned.clear()  # warn_once's memory: this test counts the warnings itself
+    interpreted = disc_tf.function(fn, target="reference")
+    other = disc_tf.function(lambda x: tf.exp(x) * x + 1.0, target="reference")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 5):
+            assert_same(interpreted(rand([n, 4])), fn(rand([n, 4])))
+            other(rand([n, 4]))
+    assert [c.engine for c in _clusters_of(interpreted)] == [report.Engine.REFERENCE]
+    summary = interpreted.coverage().summary()
+    assert (summary.compiled, summary.interpreted) == (0, 5)
+    said = [str(w.message) for w in caught if "reference interpreter" in str(w.message)]
+    assert len(said) == 1, said  # once per process, for every cluster of every function
+    assert "not counted" not in said[0] and "does not count them as compiled" in said[0]

@@ -58,3 +58,35 @@ def test_profiling_is_off_unless_asked_for(monkeypatch) -> None:
     with torch.no_grad():
         disc_torch.optimize(_mlp())(torch.randn(5, 16))
     assert _profiled_clusters(disc_torch.report())
+
+
+def test_each_cluster_names_its_engine_and_only_native_counts() -> None:
+    import warnings
+
+    from disc_core.bridge import fallback
+
+    model = _mlp()
+    torch._dynamo.reset()
+    compiled = disc_torch.optimize(model)
+    with torch.no_grad():
+        for batch in (3, 5):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    clusters = [c for g in disc_torch.report().graphs for c in g.clusters]
+    assert clusters and {c.engine for c in clusters} == {report.Engine.NATIVE}
+
+    fallback._warned.clear()  # warn_once's memory: this test counts the warnings itself
+    report.get_collector().clear()
+    torch._dynamo.reset()
+    interpreted = disc_torch.optimize(model, target="reference")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for batch in (3, 5, 7):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(interpreted(x), model(x))
+    graphs = disc_torch.report().graphs
+    assert {c.engine for g in graphs for c in g.clusters} == {report.Engine.REFERENCE}
+    summary = disc_torch.report().summary()
+    assert summary.compiled == 0 and summary.interpreted == summary.ops > 0, summary
+    said = [str(w.message) for w in caught if "reference interpreter" in str(w.message)]
+    assert len(said) == 1, said

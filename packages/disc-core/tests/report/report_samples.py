@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from disc_core.report import (
     ClusterRecord,
+    Engine,
     GraphReport,
     KernelTime,
     NodeRecord,
@@ -49,7 +50,7 @@ def graph(
                 nodes.append(NodeRecord(names[-1], op, Status.COMPILED, cluster=cid, flops=10.0))
         records.append(ClusterRecord(
             id=cid, nodes=names, fusions=kernels, kernels=kernels, compile_seconds=0.25,
-            cache_misses=1, cache_hits=2, calls=10, seconds=0.5,
+            cache_misses=1, cache_hits=2, calls=10, seconds=0.5, engine=Engine.NATIVE,
         ))
     for op, reason, count in fallbacks:
         for _ in range(count):

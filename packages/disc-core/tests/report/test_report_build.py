@@ -109,8 +109,8 @@ def test_from_clustering_through_the_collector_to_json():
     graph = graph_report("g", nodes, clustering, op_type=str.upper, support=support)
     collector = Collector()
     rec = collector.add_graph(graph, framework="torch", framework_version="2.13.0")
-    rec.cluster_compiled(0, seconds=0.5, kernels=2, fusions=1)
-    rec.cluster_compiled(1, seconds=0.25)
+    rec.cluster_compiled(0, seconds=0.5, kernels=2, fusions=1, engine="native")
+    rec.cluster_compiled(1, seconds=0.25, engine="native")
     rec.cluster_failed(1, ReasonCode.COMPILE_ERROR, "codegen failed")
     rec.cluster_call(0, 0.001)
     rec.graph_call(fallback_seconds=0.002)
@@ -119,5 +119,6 @@ def test_from_clustering_through_the_collector_to_json():
     s = report.summary()
     assert (s.ops, s.compiled, s.clusters, s.failed_clusters, s.kernels) == (4, 2, 1, 1, 2)
     assert report.graphs[0].nodes[3].reason is ReasonCode.COMPILE_ERROR
+    assert [c.engine.value for c in report.graphs[0].clusters] == ["native", "framework"]
     assert report.graphs[0].nodes[3].detail == "codegen failed"
     assert report.runs[0].framework == "torch" and graph.run == report.runs[0].id

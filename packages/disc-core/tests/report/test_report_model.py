@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from disc_core.report import (
     SCHEMA_VERSION,
     ClusterRecord,
+    Engine,
     GraphReport,
     NodeRecord,
     ReasonCode,
@@ -42,7 +43,7 @@ def test_samples_round_trip_through_json(make):
     assert Report.from_json(text) == report
     assert Report.from_json(text.encode()) == report  # bytes, as read from a file
     assert json.loads(text)["schema"] == "disc-report"
-    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 1
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 2
 
 
 def test_writers_omit_absent_optional_fields():
@@ -82,8 +83,11 @@ def reports(draw) -> Report:
     for _ in range(draw(st.integers(0, 3)) if runs else 0):
         n_clusters = draw(st.integers(0, 3))
         failed = {c: draw(st.sampled_from([None, ReasonCode.COMPILE_ERROR,
-                                           ReasonCode.RUNTIME_ERROR]))
+                                           ReasonCode.RUNTIME_ERROR,
+                                           ReasonCode.ACCURACY_MISMATCH]))
                   for c in range(n_clusters)}
+        engines = {c: Engine.FRAMEWORK if failed[c] else draw(
+            st.sampled_from([None, Engine.NATIVE, Engine.REFERENCE])) for c in range(n_clusters)}
         nodes, members = [], {c: [] for c in range(n_clusters)}
         for i in range(draw(st.integers(0, 10))):
             name = f"{i}:{draw(_text)}"
@@ -105,7 +109,7 @@ def reports(draw) -> Report:
                 kernels=draw(st.none() | _counts),
                 library_calls=draw(st.none() | _counts), compile_seconds=draw(_seconds),
                 cache_hits=draw(_counts), cache_misses=draw(_counts), calls=draw(_counts),
-                seconds=draw(_seconds),
+                seconds=draw(_seconds), engine=engines[c],
             )
             for c in range(n_clusters)
         ]
@@ -123,7 +127,13 @@ def test_generated_reports_round_trip(report):
     assert Report.from_json(report.to_json(indent=None)) == report
     summary = report.summary()  # every valid report can be summarized
     assert summary.ops == sum(len(g.nodes) for g in report.graphs)
-    assert summary.compiled + summary.fallback == summary.ops
+    assert (summary.compiled + summary.interpreted + summary.unbuilt + summary.fallback
+            == summary.ops)
+    native = {(id(g), c.id) for g in report.graphs for c in g.clusters
+              if c.engine is Engine.NATIVE}
+    assert summary.compiled == sum(  # only native code counts as compiled
+        n.status is Status.COMPILED and (id(g), n.cluster) in native
+        for g in report.graphs for n in g.nodes)
 
 
 # ------------------------------------------------------------------ validation
@@ -207,11 +217,11 @@ def test_mixed_cluster_is_rejected():
         ('{"schema": "disc-report"}', ReportFormatError, "schema_version: expected an integer"),
         ('{"schema": "disc-report", "schema_version": "1"}', ReportFormatError,
          "schema_version: expected an integer"),
-        ('{"schema": "disc-report", "schema_version": 2, "runs": [], "graphs": []}',
+        ('{"schema": "disc-report", "schema_version": 3, "runs": [], "graphs": []}',
          SchemaVersionError,
-         "schema_version 2 is newer than this disc-core reads (1); upgrade disc-core"),
+         "schema_version 3 is newer than this disc-core reads (2); upgrade disc-core"),
         ('{"schema": "disc-report", "schema_version": 0}', SchemaVersionError,
-         "schema_version 0 is not supported (this disc-core reads 1)"),
+         "schema_version 0 is not supported (this disc-core reads 1, 2)"),
     ],
 )
 def test_wrong_files_are_refused_in_one_clear_sentence(text, error, message):
@@ -228,7 +238,7 @@ def test_reason_codes_are_the_closed_list_of_the_issue():
     assert [r.value for r in ReasonCode] == [
         "no_converter", "unsupported_dtype", "unsupported_attribute", "dynamic_rank",
         "data_dependent_shape", "would_create_cycle", "cluster_too_small", "excluded_by_user",
-        "compile_error", "runtime_error",
+        "compile_error", "runtime_error", "accuracy_mismatch",
     ]
     assert ReasonCode.DATA_DEPENDENT_SHAPE.label == "data-dependent shape"
     assert all(r.label for r in ReasonCode)
@@ -311,7 +321,7 @@ def test_failed_cluster_falls_back_with_its_reason():
     assert (s.clusters, s.failed_clusters, s.compiled) == (1, 1, 5)
     assert s.reasons[ReasonCode.COMPILE_ERROR] == 2
     assert Report.from_json(report.to_json()) == report
-    with pytest.raises(ValueError, match="compile_error or runtime_error"):
+    with pytest.raises(ValueError, match="accuracy_mismatch, compile_error, runtime_error"):
         graph.mark_cluster_failed(0, ReasonCode.NO_CONVERTER, "x")
     with pytest.raises(KeyError, match="no cluster 7"):
         graph.mark_cluster_failed(7, ReasonCode.RUNTIME_ERROR, "x")

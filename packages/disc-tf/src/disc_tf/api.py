@@ -25,7 +25,7 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core.bridge import fallback
-from disc_core.bridge.attempts import Attempt, compile_clusters, split_clustering
+from disc_core.bridge.attempts import Attempt, compile_clusters, engine_of, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.compiler import Compiler
@@ -463,7 +463,7 @@ class DiscFunction:
             recorder.cluster_compiled(
                 cid, seconds=a.seconds, cache_hit=a.source != "miss",
                 kernels=kernels, library_calls=library_calls,
-                fusions=fusion_count(native_meta))
+                fusions=fusion_count(native_meta), engine=engine_of(a.exe, NOTICE))
             member_set = set(a.members)
             fed = {t.name for t in low.inputs}
             extra: list[tf.Tensor] = []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from disc_core.bridge.attempts import engine_of
 from disc_core.dtypes import DType
 from disc_core.native import fusion_count, launch_counts
 from disc_core.report import KernelTime, ReasonCode, get_collector
@@ -124,7 +125,8 @@ class ClusterModule(torch.nn.Module):
         kernels, library_calls = counts if counts else (None, None)
         self._recorder.cluster_compiled(
             self.cluster_id, seconds=seconds, cache_hit=source != "miss", kernels=kernels,
-            fusions=fusion_count(native), library_calls=library_calls)
+            fusions=fusion_count(native), library_calls=library_calls,
+            engine=engine_of(executable, NOTICE))
         return True
 
     def attach(self, lowered: LoweredCluster, executable: Any) -> None:

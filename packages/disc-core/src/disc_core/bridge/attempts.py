@@ -24,7 +24,7 @@ from ..native import fusion_count, launch_counts
 from ..report.model import ReasonCode
 from .fallback import FallbackNotice
 
-__all__ = ["Attempt", "compile_clusters", "compile_lowered", "record_attempts",
+__all__ = ["Attempt", "compile_clusters", "compile_lowered", "engine_of", "record_attempts",
            "split_clustering"]
 
 #: how many times a cluster that fails to compile natively may be halved
@@ -58,6 +58,18 @@ def compile_lowered(compiler: Any, graph: Any, need_native: bool) -> tuple[Any, 
         raise RuntimeError("no native code: " + str(exe.artifact.metadata.get(
             "native_fallback", "unknown reason")))
     return exe, source, time.perf_counter() - start
+
+
+def engine_of(exe: Any, notice: FallbackNotice | None = None) -> str:
+    """The engine that runs ``exe`` (its artifact's: ``"native"`` or ``"reference"``), as
+    the report records it. A cluster left to the reference interpreter computes the right
+    values op by op in numpy, slower than the framework: ``notice`` says so once."""
+    engine = exe.artifact.engine
+    if engine != "native" and notice is not None:
+        why = exe.artifact.metadata.get("native_fallback") or f"target {exe.artifact.target!r}"
+        notice.warn(f"DISC: clusters run on the {engine} interpreter, not native code ({why}); "
+                    "the report does not count them as compiled")
+    return engine
 
 
 def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[Any]], Any],
@@ -144,7 +156,8 @@ def record_attempts(recorder: Any, attempts: Sequence[Attempt], notice: Fallback
         kernels, library_calls = counts if counts else (None, None)
         recorder.cluster_compiled(cid, seconds=a.seconds, cache_hit=a.source != "miss",
                                   kernels=kernels, library_calls=library_calls,
-                                  fusions=fusion_count(native_meta))
+                                  fusions=fusion_count(native_meta),
+                                  engine=engine_of(a.exe, notice))
 
 
 def split_clustering(clustering: Any, attempts: Sequence[Attempt]) -> Any:

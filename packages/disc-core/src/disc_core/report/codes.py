@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CLUSTER_FAILURES", "ReasonCode", "Status"]
+__all__ = ["CLUSTER_FAILURES", "Engine", "ReasonCode", "Status"]
 
 
 class Status(str, enum.Enum):
@@ -17,6 +17,21 @@ class Status(str, enum.Enum):
 
     COMPILED = "compiled"
     FALLBACK = "fallback"
+
+
+class Engine(str, enum.Enum):
+    """What ran a cluster's calls. Only ``native`` (DISC's generated code) counts as
+    compiled: the reference interpreter computes the same values with numpy, far slower, and
+    ``framework`` means the cluster failed and its ops run in the framework again."""
+
+    NATIVE = "native"
+    REFERENCE = "reference"
+    FRAMEWORK = "framework"
+
+    @property
+    def label(self) -> str:
+        return {"native": "native code", "reference": "reference interpreter",
+                "framework": "framework"}[self.value]
 
 
 class ReasonCode(str, enum.Enum):
@@ -36,6 +51,7 @@ class ReasonCode(str, enum.Enum):
     EXCLUDED_BY_USER = "excluded_by_user"
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
+    ACCURACY_MISMATCH = "accuracy_mismatch"
 
     @property
     def label(self) -> str:
@@ -54,7 +70,10 @@ _LABELS = {
     ReasonCode.EXCLUDED_BY_USER: "excluded by user",
     ReasonCode.COMPILE_ERROR: "compile error",
     ReasonCode.RUNTIME_ERROR: "runtime error",
+    ReasonCode.ACCURACY_MISMATCH: "accuracy check failed",
 }
 
-#: Reasons that mean "was clustered, then the compiled cluster failed".
-CLUSTER_FAILURES = frozenset({ReasonCode.COMPILE_ERROR, ReasonCode.RUNTIME_ERROR})
+#: Reasons that mean "was clustered, then the compiled cluster failed" (to build, to run,
+#: or the accuracy guard's comparison with the framework's own ops).
+CLUSTER_FAILURES = frozenset({ReasonCode.COMPILE_ERROR, ReasonCode.RUNTIME_ERROR,
+                              ReasonCode.ACCURACY_MISMATCH})

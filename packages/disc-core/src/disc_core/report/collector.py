@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..options import CORE_OPTIONS
 from .files import write_report
-from .model import ClusterRecord, GraphReport, KernelTime, ReasonCode, Report, RunInfo
+from .model import ClusterRecord, Engine, GraphReport, KernelTime, ReasonCode, Report, RunInfo
 
 __all__ = [
     "ENV_VAR",
@@ -65,12 +65,17 @@ class GraphRecorder:
         kernels: int | None = None,
         fusions: int | None = None,
         library_calls: int | None = None,
+        engine: Engine | str | None = None,
     ) -> None:
         """One compilation (or cache lookup) of a cluster finished. ``kernels`` and
         ``library_calls`` are what one call launches
-        (:func:`disc_core.native.launch_counts` reads them from a native artifact)."""
+        (:func:`disc_core.native.launch_counts` reads them from a native artifact);
+        ``engine`` what runs it (an artifact's engine name: ``"native"``,
+        ``"reference"``)."""
         cluster = self._clusters[cluster_id]
         with self._lock:
+            if engine is not None:
+                cluster.engine = Engine(engine)
             if cache_hit:
                 cluster.cache_hits += 1
             else:

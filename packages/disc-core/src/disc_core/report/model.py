@@ -11,7 +11,9 @@ Invariants (checked by :meth:`Report.validate`, and therefore on every load):
 * a compiled node has no reason and belongs to a cluster; a fallback node has a reason;
 * ``node.cluster`` and ``cluster.nodes`` agree, and all nodes of a cluster share one status;
   a fallback node inside a cluster fell back because that cluster failed
-  (``compile_error`` or ``runtime_error``);
+  (``compile_error``, ``runtime_error`` or ``accuracy_mismatch``);
+* a cluster's ``engine`` agrees with its nodes: ``framework`` exactly when they fell back
+  (absent: not compiled yet, or a file from before engines were recorded);
 * every graph names a run of the same report, and run ids are unique.
 """
 
@@ -30,7 +32,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._fields import Fields, ReportFormatError
-from .codes import CLUSTER_FAILURES, ReasonCode, Status
+from .codes import CLUSTER_FAILURES, Engine, ReasonCode, Status
 
 if TYPE_CHECKING:
     from .summary import Summary
@@ -40,6 +42,7 @@ __all__ = [
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "ClusterRecord",
+    "Engine",
     "GraphReport",
     "KernelTime",
     "NodeRecord",
@@ -54,7 +57,11 @@ __all__ = [
 #: Value of the top-level ``"schema"`` field: tells a DISC report from any other JSON file.
 SCHEMA_NAME = "disc-report"
 #: Bumped only for changes an older reader would misread (see docs/report-schema.md).
-SCHEMA_VERSION = 1
+#: Version 2 added the ``accuracy_mismatch`` reason code and the cluster ``engine``.
+SCHEMA_VERSION = 2
+#: Versions this disc-core reads: every older one is a subset of the current schema (a
+#: version-1 file has no cluster engines, which readers show as "not built").
+READABLE_VERSIONS = (1, 2)
 
 
 class SchemaVersionError(ReportFormatError):
@@ -179,10 +186,14 @@ class ClusterRecord:
     #: Time per kernel, library call and host work when the cluster ran with profiling on;
     #: None when it did not (profiling slows every call, so it is off by default)
     profile: list[KernelTime] | None = None
+    #: What runs the cluster's calls: native code (the only engine that counts as
+    #: compiled), the reference interpreter, or the framework after the cluster failed;
+    #: None until it is built
+    engine: Engine | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "nodes": list(self.nodes)}
-        for key in ("fusions", "kernels", "library_calls", "compile_seconds"):
+        for key in ("engine", "fusions", "kernels", "library_calls", "compile_seconds"):
             _put(out, key, getattr(self, key))
         out.update(cache_hits=self.cache_hits, cache_misses=self.cache_misses, calls=self.calls)
         _put(out, "seconds", self.seconds)
@@ -205,6 +216,7 @@ class ClusterRecord:
             calls=f.count("calls", default=0),
             seconds=f.number("seconds", optional=True),
             profile=_profile(f),
+            engine=f.choice("engine", Engine, optional=True),
         )
 
 
@@ -239,10 +251,14 @@ class GraphReport:
         raise KeyError(f"graph {self.name!r} has no cluster {cluster_id}")
 
     def mark_cluster_failed(self, cluster_id: int, reason: ReasonCode, detail: str) -> None:
-        """The cluster could not be compiled or run: its nodes now fall back, with why."""
+        """The cluster could not be compiled or run, or computed other values than the
+        framework: its nodes now fall back, with why, and the framework runs it."""
         if reason not in CLUSTER_FAILURES:
-            raise ValueError(f"a cluster fails with compile_error or runtime_error, not {reason}")
-        members = set(self.cluster(cluster_id).nodes)
+            raise ValueError("a cluster fails with " + ", ".join(sorted(
+                c.value for c in CLUSTER_FAILURES)) + f", not {reason}")
+        cluster = self.cluster(cluster_id)
+        cluster.engine = Engine.FRAMEWORK
+        members = set(cluster.nodes)
         for node in self.nodes:
             if node.name in members:
                 node.status, node.reason, node.detail = Status.FALLBACK, reason, detail
@@ -269,8 +285,8 @@ class GraphReport:
                 raise ReportFormatError(f"{where}.reason: a fallback node needs a reason code")
             elif node.cluster is not None and node.reason not in CLUSTER_FAILURES:
                 raise ReportFormatError(
-                    f"{where}.reason: a clustered node falls back only with compile_error or "
-                    f"runtime_error, got {node.reason.value!r}"
+                    f"{where}.reason: a clustered node falls back only with compile_error, "
+                    f"runtime_error or accuracy_mismatch, got {node.reason.value!r}"
                 )
         members: dict[int, set[str]] = {}
         for i, cluster in enumerate(self.clusters):
@@ -291,6 +307,11 @@ class GraphReport:
                 statuses.add(node.status)
             if len(statuses) > 1:
                 raise ReportFormatError(f"{where}.nodes: mixes compiled and fallback nodes")
+            if statuses and cluster.engine is not None and (
+                    (cluster.engine is Engine.FRAMEWORK) != (Status.FALLBACK in statuses)):
+                raise ReportFormatError(
+                    f"{where}.engine: {cluster.engine.value!r} but its nodes "
+                    f"{'fell back' if Status.FALLBACK in statuses else 'are compiled'}")
         for i, node in enumerate(self.nodes):
             if node.cluster is not None and node.name not in members.get(node.cluster, ()):
                 raise ReportFormatError(
@@ -455,10 +476,10 @@ class Report:
                 f"schema_version {version} is newer than this disc-core reads "
                 f"({SCHEMA_VERSION}); upgrade disc-core"
             )
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise SchemaVersionError(
                 f"schema_version {version} is not supported (this disc-core reads "
-                f"{SCHEMA_VERSION})"
+                + ", ".join(map(str, READABLE_VERSIONS)) + ")"
             )
         f = Fields(data, "")
         report = cls(
@@ -467,6 +488,7 @@ class Report:
                 GraphReport.from_dict(g, f"graphs[{i}]") for i, g in enumerate(f.array("graphs"))
             ],
         )
+        # read into the current schema: writing it back writes the current version
         report._check_runs()  # each graph validated itself in GraphReport.from_dict
         return report
 

@@ -24,16 +24,19 @@ from .summary import (
     OpCount,
     Summary,
     cluster_times,
+    engine_split,
     format_pct,
     mean_us,
     plural,
     step_ops,
 )
 
-__all__ = ["COMPILED_COLOR", "FALLBACK_COLOR", "render_html"]
+__all__ = ["COMPILED_COLOR", "FALLBACK_COLOR", "INTERPRETED_COLOR", "render_html"]
 
 COMPILED_COLOR = "#2a9d8f"
 FALLBACK_COLOR = "#e76f51"
+#: clustered but not native code (the reference interpreter, or not built yet)
+INTERPRETED_COLOR = "#e9c46a"
 #: Rows of the chart and of the fallback-node table; beyond, the JSON file has the rest.
 MAX_CHART_ROWS = 40
 MAX_NODE_ROWS = 2000
@@ -62,6 +65,7 @@ code {{ font: 12px ui-monospace, monospace; }}
 .legend i {{ display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; }}
 .compiled {{ background: {COMPILED_COLOR}; }}
 .fallback {{ background: {FALLBACK_COLOR}; }}
+.interpreted {{ background: {INTERPRETED_COLOR}; }}
 .muted {{ color: #57606a; }}
 svg text {{ font: 12px system-ui, sans-serif; fill: #1d2733; }}
 """
@@ -131,22 +135,27 @@ def _chart(op_types: list[OpCount]) -> str:
     rest = op_types[MAX_CHART_ROWS:]
     if rest:
         rows.append(OpCount(f"({len(rest)} more op types)", sum(o.compiled for o in rest),
-                            sum(o.fallback for o in rest)))
+                            sum(o.fallback for o in rest), sum(o.interpreted for o in rest)))
     label_w, bar_w, row_h = 280, 620, 22
     scale = bar_w / max(o.total for o in rows)
     parts = []
     for i, o in enumerate(rows):
         y = i * row_h
         label = o.op if len(o.op) <= 40 else o.op[:39] + "\u2026"
-        cw, fw = o.compiled * scale, o.fallback * scale
+        cw, iw, fw = o.compiled * scale, o.interpreted * scale, o.fallback * scale
+        other = f", {o.interpreted} clustered but not native" if o.interpreted else ""
         parts.append(
-            f"<g><title>{_e(o.op)}: {o.compiled} compiled, {o.fallback} fallback</title>"
+            f"<g><title>{_e(o.op)}: {o.compiled} compiled{other}, {o.fallback} fallback"
+            "</title>"
             f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end">{_e(label)}</text>'
             f'<rect x="{label_w}" y="{y + 3}" width="{cw:.2f}" height="16" '
             f'fill="{COMPILED_COLOR}"/>'
-            f'<rect x="{label_w + cw:.2f}" y="{y + 3}" width="{fw:.2f}" height="16" '
+            f'<rect x="{label_w + cw:.2f}" y="{y + 3}" width="{iw:.2f}" height="16" '
+            f'fill="{INTERPRETED_COLOR}"/>'
+            f'<rect x="{label_w + cw + iw:.2f}" y="{y + 3}" width="{fw:.2f}" height="16" '
             f'fill="{FALLBACK_COLOR}"/>'
-            f'<text x="{label_w + cw + fw + 6:.2f}" y="{y + 15}">{o.compiled}/{o.total}</text>'
+            f'<text x="{label_w + cw + iw + fw + 6:.2f}" y="{y + 15}">'
+            f"{o.compiled}/{o.total}</text>"
             "</g>"
         )
     height = len(rows) * row_h + 4
@@ -160,12 +169,16 @@ def _chart(op_types: list[OpCount]) -> str:
 def _cards(s: Summary) -> str:
     cards = [
         (str(s.ops), "ops"),
-        (format_pct(s.compiled, s.ops), "compiled"),
+        (format_pct(s.compiled, s.ops), "compiled (native)"),
         (str(s.fallback), "fallback ops"),
         (str(s.clusters), "clusters"),
         ("-" if s.kernels is None else f"{s.kernels}{'+' if s.kernels_partial else ''}",
          "kernels"),
     ]
+    if s.interpreted:
+        cards.insert(3, (str(s.interpreted), "interpreted ops"))
+    if s.unbuilt:
+        cards.insert(3, (str(s.unbuilt), "ops not built"))
     if s.flops:
         cards.append((format_pct(s.flops_compiled or 0.0, s.flops), "FLOPs compiled"))
     if s.cluster_seconds is not None:
@@ -240,7 +253,8 @@ def _sections(report: Report, s: Summary) -> list[str]:
              f"<td>{_e(r.host or '-')}/{_e(r.pid if r.pid is not None else '-')}</td>"
              for r in report.runs], sortable=False))
     out.append("<h2>Op types: compiled vs fallback</h2>"
-               '<p class="legend"><i class="compiled"></i>compiled'
+               '<p class="legend"><i class="compiled"></i>compiled (native code)'
+               '<i class="interpreted"></i>reference interpreter or not built'
                '<i class="fallback"></i>fallback</p>' + _chart(s.op_types))
     if report.graphs:
         rows = []
@@ -272,13 +286,15 @@ def _sections(report: Report, s: Summary) -> list[str]:
     out.append("<h2>Clusters</h2>")
     clusters = [(g, c) for g in report.graphs for c in g.clusters]
     if clusters:
+        out.append(f'<p id="engines">Engines: {_e(engine_split(s))}.</p>')
         status = {(id(g), n.cluster): n.status for g in report.graphs for n in g.nodes
                   if n.cluster is not None}
         out.append(_table(
-            ["graph", "cluster", "status", "nodes", "op types", "fusions", "kernels",
+            ["graph", "cluster", "status", "engine", "nodes", "op types", "fusions", "kernels",
              "library calls", "compile (s)", "cache hits", "cache misses", "calls", "time (s)"],
             [f"<td>{_e(g.name)}</td>" + _num(c.id)
              + f"<td>{_e(status.get((id(g), c.id), Status.COMPILED).value)}</td>"
+             + f"<td>{_e(c.engine.label if c.engine else 'not built')}</td>"
              + _num(len(c.nodes)) + f"<td>{_e(_cluster_ops(g, c))}</td>"
              + _num(c.fusions) + _num(c.kernels) + _num(c.library_calls)
              + _num(c.compile_seconds, "{:.3f}")

@@ -91,9 +91,10 @@ def render_markdown(report: Report, *, top: int = 10) -> str:
     if clusters:
         out += ["## Clusters", ""]
         out += _table(
-            ["graph", "cluster", "nodes", "fusions", "kernels", "library calls", "compile (s)",
-             "cache hit/miss", "calls", "time (s)"],
-            [[md_escape(g.name), str(c.id), str(len(c.nodes)), _num(c.fusions), _num(c.kernels),
+            ["graph", "cluster", "engine", "nodes", "fusions", "kernels", "library calls",
+             "compile (s)", "cache hit/miss", "calls", "time (s)"],
+            [[md_escape(g.name), str(c.id), c.engine.label if c.engine else "not built",
+              str(len(c.nodes)), _num(c.fusions), _num(c.kernels),
               _num(c.library_calls), _num(c.compile_seconds, "{:.3f}"),
               f"{c.cache_hits}/{c.cache_misses}",
               str(c.calls), _num(c.seconds, "{:.3f}")] for g, c in clusters],

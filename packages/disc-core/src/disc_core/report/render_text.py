@@ -8,7 +8,16 @@ The first line answers the question users ask first, in one breath:
 from __future__ import annotations
 
 from .model import GraphReport, Report, RunInfo
-from .summary import Summary, cluster_times, fallback_items, format_pct, kernel_cells, plural
+from .summary import (
+    Summary,
+    cluster_times,
+    engine_split,
+    fallback_items,
+    format_pct,
+    kernel_cells,
+    node_split,
+    plural,
+)
 
 __all__ = ["describe_run", "render_text", "summary_line"]
 
@@ -25,6 +34,8 @@ def summary_line(summary: Summary, *, top: int = 3) -> str:
     if summary.flops:
         share += f"; {format_pct(summary.flops_compiled or 0.0, summary.flops)} of FLOPs"
     parts = [plural(summary.ops, "op"), f"{summary.compiled} compiled ({share})"]
+    if node_split(summary):  # clustered, yet not native code: never counted as compiled
+        parts.append(node_split(summary))
     clusters = plural(summary.clusters, "cluster")
     if summary.failed_clusters:
         clusters += f" (+{summary.failed_clusters} failed)"
@@ -89,9 +100,10 @@ def render_text(report: Report, *, top: int = 3) -> str:
         lines.append("graphs:")
         for graph in report.graphs:
             g = graph.summary()
+            other = f"{node_split(g)}, " if node_split(g) else ""
             lines.append(
                 f"  {graph.name} [{frameworks.get(graph.run, '?')}]: {plural(g.ops, 'op')}, "
-                f"{g.compiled} compiled ({format_pct(g.compiled, g.ops)}), "
+                f"{g.compiled} compiled ({format_pct(g.compiled, g.ops)}), {other}"
                 f"{plural(g.clusters, 'cluster')}, {plural(graph.calls, 'call')}"
             )
     if summary.reasons:
@@ -100,6 +112,8 @@ def render_text(report: Report, *, top: int = 3) -> str:
             ops = [f"{f.op} x{f.count}" for f in summary.top_fallbacks if f.reason is reason]
             more = f", +{len(ops) - 5} more op types" if len(ops) > 5 else ""
             lines.append(f"  {reason.label} ({reason.value}): {count} - {', '.join(ops[:5])}{more}")
+    if summary.clusters or summary.failed_clusters:
+        lines.append(f"engines: {engine_split(summary)}")
     if summary.clusters:
         cache = f"{plural(summary.cache_misses, 'miss', 'misses')}, "
         cache += plural(summary.cache_hits, "hit")

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .codes import ReasonCode, Status
+from .codes import Engine, ReasonCode, Status
 
 if TYPE_CHECKING:
     from .model import GraphReport, KernelTime
@@ -23,10 +23,12 @@ __all__ = [
     "OpCount",
     "Summary",
     "cluster_times",
+    "engine_split",
     "fallback_items",
     "format_pct",
     "kernel_cells",
     "mean_us",
+    "node_split",
     "plural",
     "step_ops",
     "summarize",
@@ -47,20 +49,28 @@ class FallbackCount:
 
 @dataclass(frozen=True)
 class OpCount:
-    """Compiled and fallback nodes of one op type (the bar chart's rows)."""
+    """Nodes of one op type by where they ran (the bar chart's rows): native code,
+    the framework, and clustered but not native (the reference interpreter, or not built)."""
 
     op: str
     compiled: int
     fallback: int
+    interpreted: int = 0
 
     @property
     def total(self) -> int:
-        return self.compiled + self.fallback
+        return self.compiled + self.fallback + self.interpreted
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Totals over some graphs. None means "not measured", never zero."""
+    """Totals over some graphs. None means "not measured", never zero.
+
+    ``compiled`` counts only nodes run by native code: a cluster the reference interpreter
+    runs is ``interpreted`` (numpy, op by op: no faster than the framework), and one not
+    built yet, or from a report that predates engines, is ``unbuilt``. The three and
+    ``fallback`` add up to ``ops``.
+    """
 
     runs: int
     graphs: int
@@ -86,10 +96,16 @@ class Summary:
     fallback_seconds: float | None = None
     #: Library calls (GEMMs) per call of every cluster that reported them; not in ``kernels``.
     library_calls: int | None = None
+    #: nodes of clusters the reference interpreter runs
+    interpreted: int = 0
+    #: nodes of clusters with no engine recorded (not built yet)
+    unbuilt: int = 0
+    #: live clusters by engine (``native``, ``reference``; ``None``: not built)
+    engines: dict[Engine | None, int] = field(default_factory=dict)
 
     @property
     def fallback(self) -> int:
-        return self.ops - self.compiled
+        return self.ops - self.compiled - self.interpreted - self.unbuilt
 
     @property
     def compiled_pct(self) -> float | None:
@@ -112,6 +128,8 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
     """Aggregate ``graphs``; ``runs`` defaults to the number of distinct run ids."""
     graphs = list(graphs)
     ops = compiled = clusters = failed = calls = cluster_calls = hits = misses = 0
+    interpreted = unbuilt = 0
+    engines: Counter[Engine | None] = Counter()
     kernels: int | None = None
     fusions: int | None = None
     library_calls: int | None = None
@@ -128,16 +146,25 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
         calls += graph.calls
         fallback_s = _add(fallback_s, graph.fallback_seconds)
         status: dict[int, Status] = {}
+        engine_of = {c.id: c.engine for c in graph.clusters}
         for node in graph.nodes:
             ops += 1
-            counts = per_op.setdefault(node.op, [0, 0])
+            counts = per_op.setdefault(node.op, [0, 0, 0])
             if node.flops is not None:
                 flops = _add(flops, node.flops)
             if node.status is Status.COMPILED:
-                compiled += 1
-                counts[0] += 1
-                if node.flops is not None:
-                    flops_compiled = _add(flops_compiled, node.flops)
+                engine = engine_of.get(node.cluster)  # type: ignore[arg-type]
+                if engine is Engine.NATIVE:
+                    compiled += 1
+                    counts[0] += 1
+                    if node.flops is not None:
+                        flops_compiled = _add(flops_compiled, node.flops)
+                else:
+                    counts[2] += 1
+                    if engine is None:
+                        unbuilt += 1
+                    else:
+                        interpreted += 1
             else:
                 counts[1] += 1
                 assert node.reason is not None
@@ -150,6 +177,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
                 failed += 1
                 continue
             clusters += 1
+            engines[cluster.engine] += 1
             if cluster.kernels is not None:
                 kernels = (kernels or 0) + cluster.kernels
             else:
@@ -169,7 +197,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
         FallbackCount(op, reason, n)
         for (op, reason), n in sorted(fallbacks.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
-    op_types = [OpCount(op, c, f) for op, (c, f) in per_op.items()]
+    op_types = [OpCount(op, c, f, i) for op, (c, f, i) in per_op.items()]
     op_types.sort(key=lambda o: (-o.total, o.op))
     return Summary(
         runs=len({g.run for g in graphs}) if runs is None else runs,
@@ -194,6 +222,9 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
         cluster_calls=cluster_calls,
         cluster_seconds=cluster_s,
         fallback_seconds=fallback_s,
+        interpreted=interpreted,
+        unbuilt=unbuilt,
+        engines=dict(engines),
     )
 
 
@@ -212,6 +243,29 @@ def format_pct(part: float, whole: float) -> str:
     if text == "0.0%" and part > 0:
         return "0.1%"
     return text
+
+
+def engine_split(summary: Summary) -> str:
+    """"3 native, 1 on the reference interpreter, 2 failed (run by the framework)": what
+    ran the clusters, so "compiled" is never mistaken for an interpreter's work."""
+    parts = [f"{summary.engines.get(Engine.NATIVE, 0)} native"]
+    if summary.engines.get(Engine.REFERENCE):
+        parts.append(f"{summary.engines[Engine.REFERENCE]} on the reference interpreter")
+    if summary.engines.get(None):
+        parts.append(f"{summary.engines[None]} not built")
+    if summary.failed_clusters:
+        parts.append(f"{summary.failed_clusters} failed (run by the framework)")
+    return ", ".join(parts)
+
+
+def node_split(summary: Summary) -> str:
+    """"4 interpreted, 2 not built" (empty when every clustered node is native)."""
+    parts = []
+    if summary.interpreted:
+        parts.append(f"{summary.interpreted} interpreted")
+    if summary.unbuilt:
+        parts.append(f"{summary.unbuilt} not built")
+    return ", ".join(parts)
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
