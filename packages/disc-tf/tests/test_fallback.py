@@ -176,3 +176,58 @@ def test_clusters_compile_side_by_side_and_a_refused_one_is_halved(monkeypatch):
     compiled = [c for c in graph.clusters if c.calls]
     assert len(compiled) >= 4 and all(c.calls == 4 for c in compiled)
     assert all(len(c.nodes) <= 4 for c in compiled)
+
+
+def test_accuracy_guard_catches_a_wrong_result_in_the_launch_op():
+    """first=1,every=2 compares calls 0, 2, 4...: a module that returns a wrong value on
+    call 1 goes unnoticed (the policy's price), one that does so on call 2 is caught; that
+    call returns TensorFlow's values and the cluster runs its TF ops from then on."""
+    def fn(x):
+        return tf.math.log1p(tf.abs(x)) * 3.0 + x
+
+    f = disc_tf.function(fn, accuracy_check="first=1,every=2")
+    lib = load_library()
+    x = rand([4, 3])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_same(f(x), fn(x))  # call 0: checked, right
+        lib.inject_wrong_results(1)
+        skewed = f(x).numpy()  # call 1: not checked, so the skew shows
+        assert abs(skewed.flat[0] - fn(x).numpy().flat[0] - 1.0) < 1e-5
+        lib.inject_wrong_results(1)
+        for n in (4, 2, 7):  # call 2 is checked and caught; then TF runs it
+            assert_same(f(rand([n, 3])), fn(rand([n, 3])))
+    lib.inject_wrong_results(0)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, disc_tf.DiscFallbackWarning)]
+    assert len(msgs) == 1 and "accuracy check failed: output #0" in msgs[0], msgs
+    assert {v for v in _status(f).values()} == {("fallback", "accuracy_mismatch")}
+    assert f.coverage().clusters[0].engine.value == "framework"
+
+
+def test_accuracy_guard_stays_quiet_on_right_results():
+    """Every call checked, float32 and float64, reductions over many terms and unseen
+    shapes: the tolerances never call a right result wrong."""
+    def fn(x, w):
+        h = tf.nn.softmax(tf.matmul(x, w) * 0.1, axis=-1)
+        return tf.reduce_sum(h * x[:, :1], axis=0), tf.math.reduce_mean(x * x, axis=1)
+
+    for dtype in (tf.float32, tf.float64):
+        f = disc_tf.function(fn, accuracy_check="first=100", execution="custom_op")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", disc_tf.DiscFallbackWarning)
+            for n in (3, 1, 0, 257):
+                x, w = rand([n, 300], dtype), rand([300, 64], dtype)
+                for got, want in zip(f(x, w), fn(x, w)):
+                    assert_same(got, want)
+        assert f.uses_disc()
+        assert {v[0] for v in _status(f).values()} == {"compiled"}
+
+
+def test_accuracy_guard_says_it_is_off_under_numpy_function():
+    from disc_core.bridge import fallback
+
+    fallback._warned.clear()  # warn_once's memory: this test counts the warning itself
+    f = disc_tf.function(lambda x: tf.exp(x) * 2.0 + x, accuracy_check=True,
+                         execution="numpy_function")
+    with pytest.warns(disc_tf.DiscFallbackWarning, match="clusters are not checked"):
+        f(rand([3, 2]))

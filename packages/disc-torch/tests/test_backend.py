@@ -241,6 +241,58 @@ def test_accuracy_check_catches_a_wrong_kernel(monkeypatch):
     with pytest.warns(UserWarning, match="accuracy check failed"):
         x = torch.randn(2, 3)
         assert_same(compiled(x), fn(x))
+    assert {r for _, r, _ in fallbacks()} == {ReasonCode.ACCURACY_MISMATCH.value}
+    engines = {c.engine.value for g in disc_torch.report().graphs for c in g.clusters}
+    assert engines == {"framework"}
+
+
+def test_accuracy_check_every_kth_call_catches_a_kernel_that_goes_wrong_later(monkeypatch):
+    """first=1,every=3 compares calls 0, 3, 6...: a cluster that goes wrong from its
+    fourth call (a shape it had not met) is caught there and runs eagerly from then on."""
+    from disc_torch.cluster import ClusterModule
+
+    real = ClusterModule._run
+    calls = []
+
+    def wrong_from_the_fourth_call(self, args):
+        calls.append(1)
+        outs = real(self, args)
+        return [t * 2 for t in outs] if len(calls) >= 4 else outs
+
+    monkeypatch.setattr(ClusterModule, "_run", wrong_from_the_fourth_call)
+    fn = lambda x: (x.exp() + 1).sum(-1)  # noqa: E731
+    compiled = disc_torch.optimize(fn, accuracy_check="first=1,every=3")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # calls 0-2 are right: no warning
+        for n in (2, 3, 4):
+            x = torch.randn(n, 3)
+            assert_same(compiled(x), fn(x))
+    with pytest.warns(UserWarning, match="accuracy check failed"):
+        x = torch.randn(5, 3)
+        assert_same(compiled(x), fn(x))  # the checked call returns eager's values
+    for n in (6, 7):  # eager from now on: right again
+        x = torch.randn(n, 3)
+        assert_same(compiled(x), fn(x))
+    assert len(calls) == 4
+    assert {r for _, r, _ in fallbacks()} == {ReasonCode.ACCURACY_MISMATCH.value}
+
+
+def test_accuracy_check_passes_a_right_model_at_every_dtype_tolerance():
+    """No false alarm: a GPT block's forward and backward (GEMMs, softmax, layer norm
+    reductions over hundreds of terms) checked on every call, in float32 and float64."""
+    for dtype in (torch.float32, torch.float64):
+        torch.manual_seed(0)
+        torch._dynamo.reset()
+        model = Block().to(dtype)
+        compiled = disc_torch.optimize(model, accuracy_check="first=100")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DiscFallbackWarning)
+            for length in (5, 9, 17):
+                tokens = torch.randint(0, 50, (2, length))
+                compiled(tokens, torch.randint(0, 50, (2, length))).backward()
+        assert not [r for _, r, _ in fallbacks() if r == ReasonCode.ACCURACY_MISMATCH.value]
+        summary = disc_torch.report().summary()
+        assert summary.compiled > 0 and summary.cluster_calls >= 6, summary  # fwd + bwd x3
 
 
 def test_excluded_ops_and_min_cluster_size():

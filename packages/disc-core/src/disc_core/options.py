@@ -36,6 +36,15 @@ T = TypeVar("T")
 
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
+def _accuracy(text: str) -> Any:
+    """``DISC_ACCURACY_CHECK``'s value as an accuracy policy (None: off)."""
+    from .bridge.accuracy import parse_accuracy_check
+
+    return parse_accuracy_check(text)
+
+
+_accuracy.__name__ = "`on`, `off` or `first=N,every=K`"  # the type docs/configuration.md shows
+
 CORE_OPTIONS = OptionTable("disc-core", (
     Option("cc", "DISC_CC", None,
            "The C compiler the native engine builds modules with; unset: `$CC`, else the "
@@ -65,10 +74,13 @@ BRIDGE_OPTIONS = OptionTable("bridges (shared fields)", (
            parse=parse_names),
     Option("report_path", "DISC_REPORT", None,
            "Write the coverage report as JSON here at exit (`{pid}` expands)."),
-    Option("accuracy_check", "DISC_ACCURACY_CHECK", False,
-           "Run every compiled cluster's first calls in the framework too and compare; a "
-           "mismatch falls the cluster back with a warning and a report entry.",
-           parse=parse_bool),
+    Option("accuracy_check", "DISC_ACCURACY_CHECK", None,
+           "The accuracy guard: run compiled clusters' framework ops alongside and compare "
+           "the outputs with tolerances that suit their dtype; a mismatch hands the cluster "
+           "back to the framework with a warning and an `accuracy_mismatch` report entry. "
+           "`on` checks the first 3 calls of every cluster, then every 1000th; "
+           "`first=N,every=K` sets both (`every=0`: never after the first N); `off`.",
+           parse=_accuracy),
     Option("target", "DISC_TARGET", "auto",
            "`auto` (native code when a C compiler exists), `native` or `reference` (the "
            "interpreter)."),
@@ -101,6 +113,11 @@ def check_bridge_fields(config: Any) -> None:
     size = getattr(config, "min_cluster_size", 1)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"min_cluster_size must be an int >= 1, got {size!r}")
+    if hasattr(config, "accuracy_check"):
+        from .bridge.accuracy import parse_accuracy_check
+
+        object.__setattr__(config, "accuracy_check",
+                           parse_accuracy_check(config.accuracy_check))
     target = getattr(config, "target", "auto")
     if target not in ("auto", "native", "reference"):
         raise ValueError(f"target must be 'auto', 'native' or 'reference', got {target!r}")

@@ -25,6 +25,7 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core.bridge import fallback
+from disc_core.bridge.accuracy import failure_reason
 from disc_core.bridge.attempts import Attempt, compile_clusters, engine_of, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
@@ -474,7 +475,8 @@ class DiscFunction:
                         seen.add(t.name)
                         extra.append(t)
             key = f"{low.key}-{id(cf)}-{cid}"
-            launches.append(Launch(cid, low, a.exe, key, extra))
+            launches.append(Launch(cid, low, a.exe, key, extra,
+                                   accuracy=self._config.accuracy_check))
         return launches
 
 
@@ -503,7 +505,7 @@ def _check_launches() -> float:
             for key, message in lib.take_failures():
                 owner = _launch_owners.get(key)
                 if owner is not None:
-                    _fail(owner[0], owner[1], owner[2], ReasonCode.RUNTIME_ERROR, message)
+                    _fail(owner[0], owner[1], owner[2], *failure_reason(message))
     return max(in_disc, 0.0)
 
 
@@ -566,6 +568,12 @@ def _numpy_runner(launch: Launch, sub: Any, feeds: list[str], outs: list[str]
 
     n = len(launch.lowered.inputs)
     state: dict[str, Any] = {"failed": False, "fallback": None}
+    if launch.accuracy is not None:
+        # Running the cluster's TF ops from inside a numpy_function blocks an inter-op
+        # thread on a nested TF call; two clusters doing so at once deadlock a 2-thread
+        # pool (seen on 2 cores), so the guard lives in the DiscLaunch kernel only.
+        warn_once("DISC: the accuracy guard runs in the DiscLaunch custom op only; with "
+                  "execution='numpy_function' clusters are not checked")
 
     def fallback(arrays: tuple[np.ndarray, ...]) -> list[np.ndarray]:
         if state["fallback"] is None:

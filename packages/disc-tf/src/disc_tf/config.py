@@ -20,7 +20,7 @@ EXECUTIONS = ("auto", "custom_op", "numpy_function")
 #: every disc-tf option: the shared bridge fields it offers, then its own (the DiscConfig
 #: fields below take their defaults from here; docs/configuration.md lists them)
 OPTIONS = bridge_table("disc-tf", shared=(
-    "min_cluster_size", "excluded_ops", "report_path", "target",
+    "min_cluster_size", "excluded_ops", "report_path", "accuracy_check", "target",
 ), own=(
     Option("execution", "DISC_TF_EXECUTION", "auto",
            "How a cluster runs inside TensorFlow: `custom_op` (the DiscLaunch kernel), "
@@ -50,6 +50,11 @@ class DiscConfig:
             few microseconds; one or two cheap ops are not worth it).
         excluded_ops: TF op types (``"MatMul"``) never compiled.
         report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        accuracy_check: the accuracy guard (``True``, ``"first=N,every=K"``, an
+            ``AccuracyPolicy``; normalized to a policy or None): the launch runs the
+            cluster's TF ops too on the first calls and every Kth after, compares with the
+            dtype's tolerances, and on a mismatch runs the TF ops from then on, with a
+            warning and an ``accuracy_mismatch`` report entry.
         target: "auto" (native code when a C compiler exists), "native" or "reference".
         execution: how a cluster runs inside TensorFlow: "custom_op" (the DiscLaunch
             kernel: zero-copy inputs, outputs from TF's allocator), "numpy_function" (a
@@ -62,6 +67,7 @@ class DiscConfig:
     min_cluster_size: int = _D["min_cluster_size"]
     excluded_ops: frozenset[str] = field(default_factory=lambda: _D["excluded_ops"])
     report_path: str | None = _D["report_path"]
+    accuracy_check: Any = _D["accuracy_check"]
     target: str = _D["target"]
     execution: str = _D["execution"]
     override_xla: bool = _D["override_xla"]

@@ -63,6 +63,10 @@ class OpLibrary:
         """Test hook: the next ``n`` module runs fail as if the module reported an error."""
         self.launch.inject_failures(n)
 
+    def inject_wrong_results(self, n: int) -> None:
+        """Test hook: the next ``n`` module runs return a skewed first float output."""
+        self.launch.inject_wrong_results(n)
+
 
 _lock = threading.Lock()
 _loaded: dict[Path, OpLibrary] = {}

@@ -43,6 +43,8 @@ class Launch:
     executable: Any
     key: str
     extra_inputs: list[tf.Tensor]  # read by the fallback only (constants, known shapes)
+    #: the accuracy guard's policy (disc_core.bridge.accuracy.AccuracyPolicy), None: off
+    accuracy: Any = None
 
     @property
     def all_inputs(self) -> list[tf.Tensor]:
@@ -125,6 +127,13 @@ def _launch_node(launch: Launch, name: str, fallback_name: str, module_path: str
     node.attr["num_module_inputs"].i = len(launch.lowered.inputs)
     node.attr["input_ranks"].list.i.extend(v.rank for v in launch.lowered.graph.inputs)
     node.attr["fallback"].func.CopyFrom(attr_value_pb2.NameAttrList(name=fallback_name))
+    policy = launch.accuracy
+    if policy is not None:  # the guard: which calls to compare, each output's tolerances
+        node.attr["check_first"].i = policy.first
+        node.attr["check_every"].i = policy.every
+        bounds = [policy.bounds(v.dtype.value) for v in launch.lowered.graph.outputs]
+        node.attr["check_rtol"].list.f.extend(r for r, _ in bounds)
+        node.attr["check_atol"].list.f.extend(a for _, a in bounds)
     return node
 
 

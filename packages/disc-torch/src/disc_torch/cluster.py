@@ -9,6 +9,7 @@ the cluster into its eager fallback for good, warns once, and is recorded in the
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from concurrent.futures import Future
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from disc_core.bridge.accuracy import AccuracyPolicy, compare_outputs
 from disc_core.bridge.attempts import engine_of
 from disc_core.dtypes import DType
 from disc_core.native import fusion_count, launch_counts
@@ -65,7 +67,7 @@ class ClusterModule(torch.nn.Module):
 
     def __init__(self, fallback: torch.fx.GraphModule, cluster_id: int, recorder: Any,
                  clock: Clock, *, single_output: bool,
-                 accuracy_check: tuple[float, float] | None = None, profile: bool = False,
+                 accuracy_check: AccuracyPolicy | None = None, profile: bool = False,
                  arity: tuple[int, int] | None = None):
         """``arity``: (arguments, ops) of ``fallback`` when it is not an FX GraphModule
         (a cluster thawed from the graph cache, :mod:`disc_torch.frozen`)."""
@@ -77,8 +79,9 @@ class ClusterModule(torch.nn.Module):
         self._exe: Any = None
         self._clock = clock
         self._sources: list[tuple[str, tuple]] = []
+        #: the accuracy guard's policy (None: off) and the calls it has seen
         self._check = accuracy_check
-        self._checks_left = 3 if accuracy_check else 0
+        self._calls = 0
         #: arguments of the cluster itself; more may follow that only bind size symbols
         if arity is None:
             nodes = fallback.graph.nodes
@@ -156,7 +159,8 @@ class ClusterModule(torch.nn.Module):
         fails again, when the cache is loaded."""
         state: dict[str, Any] = {
             "cluster_id": self.cluster_id, "single_output": self._single,
-            "check": self._check, "profile": self._profile,
+            "check": None if self._check is None else dataclasses.asdict(self._check),
+            "profile": self._profile,
             "arity": (self.n_own, self.n_ops)}
         lowered = self._lowered
         settled_failed = self._build is None and self._exe is None
@@ -201,12 +205,15 @@ class ClusterModule(torch.nn.Module):
         elapsed = time.perf_counter() - start
         self._clock.seconds += elapsed
         self._recorder.cluster_call(self.cluster_id, elapsed)
-        if self._checks_left:
-            self._checks_left -= 1
-            mismatch = self._compare(outs, args)
-            if mismatch:
-                self.fail(ReasonCode.RUNTIME_ERROR, f"accuracy check failed: {mismatch}")
-                return self.fallback(*args[:self.n_own])
+        if self._check is not None:
+            self._calls += 1
+            if self._check.due(self._calls - 1):
+                expected = self.fallback(*args[:self.n_own])
+                expected = [expected] if self._single else list(expected)
+                mismatch = self._compare(outs, expected)
+                if mismatch:
+                    self.fail(ReasonCode.ACCURACY_MISMATCH, f"accuracy check failed: {mismatch}")
+                    return expected[0] if self._single else tuple(expected)
         return outs[0] if self._single else tuple(outs)
 
     def _inputs(self, args: tuple[Any, ...]) -> list[np.ndarray]:
@@ -247,18 +254,15 @@ class ClusterModule(torch.nn.Module):
         return [allocated[i] if i in allocated else torch.from_numpy(np.asarray(r))
                 for i, r in enumerate(results)]
 
-    def _compare(self, outs: list[torch.Tensor], args: tuple[Any, ...]) -> str | None:
-        expected = self.fallback(*args[:self.n_own])
-        expected = [expected] if self._single else list(expected)
-        rtol, atol = self._check or (0.0, 0.0)
+    def _compare(self, outs: list[torch.Tensor], expected: list[Any]) -> str | None:
+        """The accuracy guard's verdict on one call (None: the outputs match eager's)."""
+        if len(outs) != len(expected):
+            return f"{len(outs)} outputs, eager gives {len(expected)}"
         for i, (got, want) in enumerate(zip(outs, expected)):
-            if got.shape != want.shape or got.dtype != want.dtype:
-                return f"output #{i} is {got.dtype} {tuple(got.shape)}, eager gives " \
-                       f"{want.dtype} {tuple(want.shape)}"
-            if not torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
-                err = (got.double() - want.double()).abs().max().item()
-                return f"output #{i} differs from eager by up to {err:.3g}"
-        return None
+            if not isinstance(want, torch.Tensor) or got.dtype != want.dtype:
+                return f"output #{i} is a {got.dtype} tensor, eager gives {want!r:.80}"
+        return compare_outputs([_as_numpy(t) for t in outs],
+                               [_as_numpy(t) for t in expected], self._check)
 
 
 def _prepare(source: tuple) -> tuple:

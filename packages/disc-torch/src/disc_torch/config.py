@@ -8,6 +8,7 @@ without editing it; code should prefer the options.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +23,10 @@ __all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
 OPTIONS = bridge_table("disc-torch", shared=(
     "min_cluster_size", "excluded_ops", "report_path", "accuracy_check", "target", "profile",
 ), own=(
-    Option("rtol", None, 1e-4, "Relative tolerance of the accuracy check."),
-    Option("atol", None, 1e-5, "Absolute tolerance of the accuracy check."),
+    Option("rtol", None, None, "Relative tolerance of the accuracy guard; unset: the "
+           "output dtype's (1e-4 for float32, 1e-7 for float64, 1e-2 for float16)."),
+    Option("atol", None, None, "Absolute tolerance of the accuracy guard, scaled by the "
+           "output's largest magnitude; unset: the output dtype's (1e-5 for float32)."),
     Option("dynamic", None, True,
            "Ask dynamo for dynamic shapes (one graph per rank, not per shape)."),
     Option("specialize_floats", None, True,
@@ -50,9 +53,12 @@ class DiscConfig:
             a few microseconds; one or two cheap ops are not worth it).
         excluded_ops: ATen op names (``"aten.mm"`` or ``"aten.mm.default"``) never compiled.
         report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
-        accuracy_check: run every compiled cluster's first 3 calls eagerly too and compare;
-            a mismatch falls the cluster back to eager with a warning and a report entry.
-        rtol, atol: tolerances of the accuracy check.
+        accuracy_check: the accuracy guard (``True``, ``"first=N,every=K"``, an
+            ``AccuracyPolicy``): run compiled clusters' ATen ops eagerly alongside on the
+            first calls and every Kth after, compare with the dtype's tolerances; a
+            mismatch falls the cluster back to eager with a warning and an
+            ``accuracy_mismatch`` report entry. Normalized to a policy or None.
+        rtol, atol: tolerances of the accuracy guard (None: the output dtype's).
         target: "auto" (native code when a C compiler exists), "native" or "reference".
         dynamic: ask dynamo for dynamic shapes (one graph per rank, not per shape).
         specialize_floats: ``optimize`` traces Python floats as constants (halves tracing
@@ -73,9 +79,9 @@ class DiscConfig:
     min_cluster_size: int = _D["min_cluster_size"]
     excluded_ops: frozenset[str] = field(default_factory=lambda: _D["excluded_ops"])
     report_path: str | None = _D["report_path"]
-    accuracy_check: bool = _D["accuracy_check"]
-    rtol: float = _D["rtol"]
-    atol: float = _D["atol"]
+    accuracy_check: Any = _D["accuracy_check"]
+    rtol: float | None = _D["rtol"]
+    atol: float | None = _D["atol"]
     target: str = _D["target"]
     dynamic: bool = _D["dynamic"]
     specialize_floats: bool = _D["specialize_floats"]
@@ -84,6 +90,13 @@ class DiscConfig:
 
     def __post_init__(self) -> None:
         check_bridge_fields(self)
+
+    def accuracy_policy(self) -> Any:
+        """The accuracy guard's policy with this config's tolerances (None: off)."""
+        policy = self.accuracy_check
+        if policy is None or (self.rtol is None and self.atol is None):
+            return policy
+        return dataclasses.replace(policy, rtol=self.rtol, atol=self.atol)
 
     @classmethod
     def resolve(cls, options: Mapping[str, Any] | None = None,

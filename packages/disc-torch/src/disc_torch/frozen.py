@@ -110,6 +110,13 @@ def freeze_graph(graph: Any) -> dict[str, Any]:
             "report": report}
 
 
+def _policy(kept: Any) -> Any:
+    """The accuracy policy a frozen cluster kept (None: the guard was off)."""
+    from disc_core.bridge.accuracy import AccuracyPolicy
+
+    return None if kept is None else AccuracyPolicy(**kept)
+
+
 def thaw_graph(state: dict[str, Any], compiler: Any) -> Any:
     """The callable :func:`freeze_graph` kept, with its report added to the collector.
     A cluster whose native module cannot be loaded or rebuilt runs its eager fallback
@@ -124,7 +131,8 @@ def thaw_graph(state: dict[str, Any], compiler: Any) -> Any:
     ordered = []
     for c in state["clusters"]:
         module = ClusterModule(_thaw_source(c["fallback"]), c["cluster_id"], recorder, clock,
-                               single_output=c["single_output"], accuracy_check=c["check"],
+                               single_output=c["single_output"],
+                               accuracy_check=_policy(c["check"]),
                                profile=c["profile"], arity=tuple(c["arity"]))
         modules[c["name"]] = module
         ordered.append(module)

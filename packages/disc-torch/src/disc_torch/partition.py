@@ -277,8 +277,8 @@ def partition_and_compile(gm: torch.fx.GraphModule, config: DiscConfig, compiler
     for index, cluster_id in enumerate(ids):
         sub = getattr(gm, f"{prefix}{index}")
         module = ClusterModule(sub, cluster_id, recorder, clock, single_output=False,
-                               accuracy_check=(config.rtol, config.atol)
-                               if config.accuracy_check else None, profile=config.profile)
+                               accuracy_check=config.accuracy_policy(),
+                               profile=config.profile)
         setattr(gm, f"{prefix}{index}", module)
         modules.append(module)
         extras: list[torch.fx.Node] = []

@@ -45,7 +45,7 @@ class LaunchLibrary:
         self.cdll = cdll
         self._fn = {name: getattr(cdll, f"{prefix}_{name}") for name in
                     ("set_blas", "use_cblas", "take_failures", "stats", "totals",
-                     "inject_failures")}
+                     "inject_failures", "inject_wrong_results")}
         self._fn["take_failures"].restype = ctypes.c_int64
         self._fn["stats"].restype = ctypes.c_int64
         self._cblas: dict[str, tuple[int, int | None, str]] = {}
@@ -111,6 +111,11 @@ class LaunchLibrary:
     def inject_failures(self, n: int) -> None:
         """Test hook: the next ``n`` module runs fail as if the module reported an error."""
         self._fn["inject_failures"](ctypes.c_int64(n))
+
+    def inject_wrong_results(self, n: int) -> None:
+        """Test hook: the next ``n`` module runs return their first float output with 1
+        added to its first element (what the accuracy guard must catch)."""
+        self._fn["inject_wrong_results"](ctypes.c_int64(n))
 
 
 def flush_cluster_calls(libs: Sequence[LaunchLibrary | Any],

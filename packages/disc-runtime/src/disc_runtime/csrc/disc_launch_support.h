@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -135,6 +137,102 @@ inline void RecordFallback(const std::string &key) {
 // True once per injected failure (the test hook).
 inline bool TakeInjected() { return Injected().load() > 0 && Injected().fetch_sub(1) > 0; }
 
+inline std::atomic<int64_t> &InjectedWrong() {  // test hook: skew this many next results
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+// True once per injected wrong result: the caller adds 1 to its first float output, so the
+// accuracy guard has something to catch (the test hook).
+inline bool TakeInjectedWrong() {
+  return InjectedWrong().load() > 0 && InjectedWrong().fetch_sub(1) > 0;
+}
+
+// -- the accuracy guard (disc_core.bridge.accuracy says the same in Python) -------------
+
+// How a failure record says the compiled cluster computed other values than the framework
+// (disc_core.bridge.accuracy.ACCURACY_PREFIX): the Python side reports accuracy_mismatch.
+constexpr const char *kAccuracyPrefix = "accuracy check: ";
+
+// Element kinds the guard compares: floats within tolerance, the rest bit for bit.
+enum ValueKind { kExact = 0, kF16 = 1, kBF16 = 2, kF32 = 3, kF64 = 4 };
+
+inline double HalfToDouble(uint16_t h) {
+  int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exp == 0) return sign * std::ldexp(static_cast<double>(mant), -24);
+  if (exp == 31) return mant ? NAN : sign * INFINITY;
+  return sign * std::ldexp(static_cast<double>(mant | 0x400), exp - 25);
+}
+
+inline double LoadAsDouble(int kind, const void *data, int64_t i) {
+  switch (kind) {
+    case kF16: return HalfToDouble(static_cast<const uint16_t *>(data)[i]);
+    case kBF16: {
+      uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t *>(data)[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof(f));
+      return f;
+    }
+    case kF32: return static_cast<const float *>(data)[i];
+    default: return static_cast<const double *>(data)[i];
+  }
+}
+
+// Whether n elements of got match want: for floats |g - w| <= atol * scale + rtol * |w|
+// (scale: want's largest finite magnitude, at least 1), NaN only where want has NaN and an
+// infinity only where want has the same one; other kinds byte for byte. On a mismatch,
+// *detail says how many elements differ and by how much.
+inline bool Compare(int kind, int64_t elem_size, const void *got, const void *want, int64_t n,
+                    double rtol, double atol, std::string *detail) {
+  if (kind == kExact) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      bad += std::memcmp(static_cast<const char *>(got) + i * elem_size,
+                         static_cast<const char *>(want) + i * elem_size, elem_size) != 0;
+    }
+    if (bad == 0) return true;
+    *detail = "differs in " + std::to_string(bad) + " of " + std::to_string(n) + " elements";
+    return false;
+  }
+  double scale = 1.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double w = LoadAsDouble(kind, want, i);
+    if (std::isfinite(w) && std::fabs(w) > scale) scale = std::fabs(w);
+  }
+  int64_t bad = 0;
+  double worst = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double g = LoadAsDouble(kind, got, i), w = LoadAsDouble(kind, want, i);
+    bool ok;
+    if (std::isnan(w) || std::isnan(g)) {
+      ok = std::isnan(w) && std::isnan(g);
+    } else if (!std::isfinite(w)) {
+      ok = g == w;
+    } else {
+      ok = std::fabs(g - w) <= atol * scale + rtol * std::fabs(w);
+    }
+    if (!ok) {
+      ++bad;
+      double err = std::isfinite(g - w) ? std::fabs(g - w) : INFINITY;
+      if (err > worst) worst = err;
+    }
+  }
+  if (bad == 0) return true;
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "differs from the framework in %lld of %lld elements, by up to %.3g "
+                "(rtol %g, atol %g x %.3g)",
+                static_cast<long long>(bad), static_cast<long long>(n), worst, rtol, atol,
+                scale);
+  *detail = text;
+  return false;
+}
+
+// Which calls the guard compares: the first `first`, then every `every`-th (0: never).
+inline bool CheckDue(int64_t call, int64_t first, int64_t every) {
+  return call < first || (every > 0 && (call - first) % every == every - 1);
+}
+
 // Opens a module and checks its ABI; on failure returns null and says why in *error.
 // The handle stays open: modules are shared by every op instance that names them.
 inline RunFn OpenModule(const std::string &path, int64_t abi, std::string *error) {
@@ -236,4 +334,6 @@ inline bool Run(RunFn run, void *const *data, const int64_t *dims, int64_t n,
   }                                                                                       \
   /* Test hook: the next n module runs fail as if the module had reported an error. */    \
   void prefix##_inject_failures(int64_t n) { disc_launch::Injected().store(n); }          \
+  /* Test hook: the next n module runs return a skewed first output (the guard's prey). */ \
+  void prefix##_inject_wrong_results(int64_t n) { disc_launch::InjectedWrong().store(n); } \
   }

@@ -10,6 +10,11 @@
 // `fallback` attr, now and on every later call; the failure is queued for the Python side
 // (disc_tf_take_failures), which warns once and records it in the coverage report.
 //
+// The accuracy guard (check_* attrs, set when the user asks for it): on the calls
+// disc_launch::CheckDue picks, the kernel runs the fallback function too and compares each
+// output with the dtype's tolerance (check_rtol/check_atol); a mismatch hands the cluster
+// to the fallback for good, exactly like a failure, with an "accuracy check: " record.
+//
 // disc_abi.h is generated at build time from disc_runtime.native.ABI_TYPES, the one
 // definition of the C contract between modules and their callers; disc_launch_support.h
 // (disc-runtime's, shared with the other bridges' launch ops) loads and calls modules and
@@ -36,8 +41,19 @@ using tensorflow::FunctionLibraryRuntime;
 using tensorflow::NameAttrList;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
+using tensorflow::DataType;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
+
+int KindOf(DataType dtype) {
+  switch (dtype) {
+    case tensorflow::DT_HALF: return disc_launch::kF16;
+    case tensorflow::DT_BFLOAT16: return disc_launch::kBF16;
+    case tensorflow::DT_FLOAT: return disc_launch::kF32;
+    case tensorflow::DT_DOUBLE: return disc_launch::kF64;
+    default: return disc_launch::kExact;
+  }
+}
 
 // Outputs are allocated as temporaries and handed to TensorFlow only once the module
 // has succeeded: a module that fails after allocating some outputs (a run-time dim check
@@ -84,6 +100,10 @@ class DiscLaunchOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("fallback", &fallback_));
     OP_REQUIRES_OK(c, c->GetAttr("num_module_inputs", &num_module_inputs_));
     OP_REQUIRES_OK(c, c->GetAttr("input_ranks", &input_ranks_));
+    OP_REQUIRES_OK(c, c->GetAttr("check_first", &check_first_));
+    OP_REQUIRES_OK(c, c->GetAttr("check_every", &check_every_));
+    OP_REQUIRES_OK(c, c->GetAttr("check_rtol", &check_rtol_));
+    OP_REQUIRES_OK(c, c->GetAttr("check_atol", &check_atol_));
     int64_t abi = 0;
     OP_REQUIRES_OK(c, c->GetAttr("abi_version", &abi));
     run_ = disc_launch::OpenModule(path_, abi, &load_error_);
@@ -96,20 +116,79 @@ class DiscLaunchOp : public AsyncOpKernel {
         error = load_error_;
       } else {
         auto start = std::chrono::steady_clock::now();
-        if (RunModule(ctx, &error)) {
+        auto *outputs = new std::vector<Tensor>();
+        if (RunModule(ctx, outputs, &error)) {
           disc_launch::RecordCall(key_, std::chrono::duration_cast<std::chrono::nanoseconds>(
                                             std::chrono::steady_clock::now() - start).count());
+          bool check = check_first_ > 0 || check_every_ > 0;
+          if (check && disc_launch::CheckDue(calls_.fetch_add(1), check_first_, check_every_)) {
+            RunChecked(ctx, outputs, std::move(done));
+            return;
+          }
+          for (int i = 0; i < ctx->num_outputs(); ++i) ctx->set_output(i, (*outputs)[i]);
+          delete outputs;
           done();
           return;
         }
+        delete outputs;
       }
       if (!failed_.exchange(true)) disc_launch::RecordFailure(key_, error);
     }
-    RunFallback(ctx, std::move(done));
+    disc_launch::RecordFallback(key_);
+    InvokeFallback(ctx, [ctx, done](const absl::Status &s, std::vector<Tensor> *rets) {
+      if (!s.ok()) {
+        ctx->SetStatus(s);
+      } else {
+        for (size_t i = 0; i < rets->size(); ++i) ctx->set_output(static_cast<int>(i), (*rets)[i]);
+      }
+      done();
+    });
   }
 
  private:
-  bool RunModule(OpKernelContext *ctx, std::string *error) {
+  // The accuracy guard's call: the fallback runs too, each output is compared, and the
+  // module's outputs are handed on when they all match, the framework's otherwise (and the
+  // cluster runs its fallback from now on).
+  void RunChecked(OpKernelContext *ctx, std::vector<Tensor> *outputs, DoneCallback done) {
+    InvokeFallback(ctx, [this, ctx, outputs, done](const absl::Status &s,
+                                                   std::vector<Tensor> *rets) {
+      if (!s.ok()) {  // the framework's own ops failed: its error is the user's to see
+        ctx->SetStatus(s);
+        delete outputs;
+        done();
+        return;
+      }
+      std::string detail;
+      for (int i = 0; i < ctx->num_outputs() && detail.empty(); ++i) {
+        const Tensor &got = (*outputs)[i], &want = (*rets)[i];
+        if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
+          detail = "output #" + std::to_string(i) + " is " + got.DebugString(0) +
+                   ", the framework gives " + want.DebugString(0);
+          break;
+        }
+        size_t k = static_cast<size_t>(i);
+        double rtol = k < check_rtol_.size() ? check_rtol_[k] : 0.0;
+        double atol = k < check_atol_.size() ? check_atol_[k] : 0.0;
+        std::string why;
+        if (!disc_launch::Compare(KindOf(got.dtype()), tensorflow::DataTypeSize(got.dtype()),
+                                  got.tensor_data().data(), want.tensor_data().data(),
+                                  got.NumElements(), rtol, atol, &why)) {
+          detail = "output #" + std::to_string(i) + " (" +
+                   tensorflow::DataTypeString(got.dtype()) + " " + got.shape().DebugString() +
+                   ") " + why;
+        }
+      }
+      const std::vector<Tensor> &chosen = detail.empty() ? *outputs : *rets;
+      if (!detail.empty() && !failed_.exchange(true)) {
+        disc_launch::RecordFailure(key_, disc_launch::kAccuracyPrefix + detail);
+      }
+      for (int i = 0; i < ctx->num_outputs(); ++i) ctx->set_output(i, chosen[i]);
+      delete outputs;
+      done();
+    });
+  }
+
+  bool RunModule(OpKernelContext *ctx, std::vector<Tensor> *outputs, std::string *error) {
     if (disc_launch::TakeInjected()) {
       *error = "injected runtime failure (test hook)";
       return false;
@@ -155,14 +234,28 @@ class DiscLaunchOp : public AsyncOpKernel {
         return false;
       }
     }
-    for (int i = 0; i < ctx->num_outputs(); ++i) ctx->set_output(i, state.outputs[i]);
+    if (disc_launch::TakeInjectedWrong()) {  // test hook: a wrong first float element
+      for (Tensor &t : state.outputs) {
+        if (t.dtype() == tensorflow::DT_FLOAT && t.NumElements() > 0) {
+          t.flat<float>()(0) += 1.0f;
+          break;
+        }
+      }
+    }
+    *outputs = std::move(state.outputs);
     return true;
   }
 
-  void RunFallback(OpKernelContext *ctx, DoneCallback done) {
+  // Runs the cluster's original subgraph (the `fallback` function) on this call's inputs
+  // and hands its status and results to `then` (which owns nothing of them).
+  template <typename Then>
+  void InvokeFallback(OpKernelContext *ctx, Then then) {
     FunctionLibraryRuntime *lib = ctx->function_library();
-    OP_REQUIRES_ASYNC(ctx, lib != nullptr,
-                      tensorflow::errors::Internal("DiscLaunch: no function library"), done);
+    if (lib == nullptr) {
+      std::vector<Tensor> none;
+      then(tensorflow::errors::Internal("DiscLaunch: no function library"), &none);
+      return;
+    }
     FunctionLibraryRuntime::Handle handle;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -170,13 +263,16 @@ class DiscLaunchOp : public AsyncOpKernel {
       if (it == handles_.end()) {
         auto s = lib->Instantiate(fallback_.name(), tensorflow::AttrSlice(&fallback_.attr()),
                                   &handle);
-        OP_REQUIRES_OK_ASYNC(ctx, s, done);
+        if (!s.ok()) {
+          std::vector<Tensor> none;
+          then(s, &none);
+          return;
+        }
         handles_[lib] = handle;
       } else {
         handle = it->second;
       }
     }
-    disc_launch::RecordFallback(key_);
     std::vector<Tensor> args;
     args.reserve(ctx->num_inputs());
     for (int i = 0; i < ctx->num_inputs(); ++i) args.push_back(ctx->input(i));
@@ -187,20 +283,18 @@ class DiscLaunchOp : public AsyncOpKernel {
     opts.collective_executor = ctx->collective_executor();
     opts.step_container = ctx->step_container();
     opts.runner = ctx->runner();
-    lib->Run(opts, handle, args, rets, [ctx, rets, done](const absl::Status &s) {
-      if (!s.ok()) {
-        ctx->SetStatus(s);
-      } else {
-        for (size_t i = 0; i < rets->size(); ++i) ctx->set_output(static_cast<int>(i), (*rets)[i]);
-      }
+    lib->Run(opts, handle, args, rets, [rets, then](const absl::Status &s) {
+      then(s, rets);
       delete rets;
-      done();
     });
   }
 
   std::string path_, key_, load_error_;
   int64_t num_module_inputs_ = 0;
   std::vector<int64_t> input_ranks_;
+  int64_t check_first_ = 0, check_every_ = 0;
+  std::vector<float> check_rtol_, check_atol_;
+  std::atomic<int64_t> calls_{0};
   NameAttrList fallback_;
   disc_launch::RunFn run_ = nullptr;
   std::atomic<bool> failed_{false};
@@ -222,6 +316,10 @@ REGISTER_OP("DiscLaunch")
     .Attr("fallback: func")
     .Attr("num_module_inputs: int >= 0")
     .Attr("input_ranks: list(int) >= 0")
+    .Attr("check_first: int = 0")
+    .Attr("check_every: int = 0")
+    .Attr("check_rtol: list(float) = []")
+    .Attr("check_atol: list(float) = []")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
       std::vector<tensorflow::PartialTensorShape> shapes;
       TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
