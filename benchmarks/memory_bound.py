@@ -867,7 +867,18 @@ def main(args: argparse.Namespace) -> int:
         r["targets"] = targets_for(case, r, stream["best_gbps"])
         results.append(r)
     tiny = tiny_overheads()
+    import provenance
+
+    from disc_runtime.native import blas_choice
+
+    choice = blas_choice()
     machine = {
+        **provenance.machine(THREADS, {"torch": torch.__version__,
+                                       "disc_core": disc_core_version}, {
+            "eager": "torch's MKL", "inductor": "torch's MKL (extern mm)",
+            "disc": {"f32_gemm": provenance.library_name(choice.get("f32_gemm")),
+                     "library": provenance.library_name(choice.get("library")),
+                     "reason": choice.get("reason")}}),
         "cpu": cpu_model(), "cores": os.cpu_count(), "threads": THREADS,
         "stream_gbps": stream["best_gbps"], "stream": stream,
         "loadavg_start": load_start, "loadavg_end": loadavg(),
@@ -898,8 +909,9 @@ def main(args: argparse.Namespace) -> int:
     args.output.write_text(json.dumps(doc, indent=1) + "\n")
     text = args.output.with_suffix(".txt")
     text.write_text(f"$ python benchmarks/memory_bound.py {' '.join(sys.argv[1:])}\n"
-                    f"torch {torch.__version__}, disc-core {disc_core_version}, "
-                    f"{time.strftime('%Y-%m-%d %H:%M')}\n{report.getvalue()}")
+                    f"{provenance.headline(machine)}\n"
+                    f"GEMM libraries: {json.dumps(machine['gemm_library'])}\n"
+                    f"{report.getvalue()}")
     print(f"\nwrote {args.output} and {text.name} ({doc['wall_seconds']:.0f} s)")
     return 1 if failures else 0
 

@@ -26,12 +26,9 @@ judge theirs).
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,41 +57,21 @@ from paddle_train import GPT, SmallCNN  # noqa: E402
 
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
-    cpu, flags = platform.processor(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not cpu.strip():
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = " ".join(f for f in line.split(":", 1)[1].split()
-                                 if f.startswith(("avx", "fma", "amx")))
-                break
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
+    """What the numbers were measured on (benchmarks/provenance.py), with each contender's
+    GEMM library."""
+    import provenance
+
     import disc_core
     from disc_runtime.native import blas_choice
 
-    return {
-        "cpu": cpu, "cpu_flags": flags, "cpus": os.cpu_count(), "threads": THREADS,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": commit, "python": platform.python_version(),
-        "versions": {"paddlepaddle": paddle.__version__, "disc_core": disc_core.__version__,
-                     "disc_paddle": disc_paddle.__version__},
-        "gemm_library": {
-            "dynamic": "Paddle's MKL (libmklml_intel.so, cblas_sgemm)",
-            "static": "Paddle's MKL (libmklml_intel.so, cblas_sgemm)",
-            "disc": custom_op.use_gemm("paddle"),
-            "disc_own_blas": {"now": custom_op.use_gemm("disc"), "choice": blas_choice()},
-        },
-    }
+    return provenance.machine(THREADS, {
+        "paddlepaddle": paddle.__version__, "disc_core": disc_core.__version__,
+        "disc_paddle": disc_paddle.__version__}, {
+        "dynamic": "Paddle's MKL (libmklml_intel.so, cblas_sgemm)",
+        "static": "Paddle's MKL (libmklml_intel.so, cblas_sgemm)",
+        "disc": custom_op.use_gemm("paddle"),
+        "disc_own_blas": {"now": custom_op.use_gemm("disc"), "choice": blas_choice()},
+    })
 
 
 def gpt_case(mode: str) -> tuple[Callable[[], Any], list[tuple[Any, Any]], str]:
@@ -306,8 +283,9 @@ def main() -> int:
     op_build_s = round(time.perf_counter() - t0, 2)
     print(f"disc_launch op library built in {op_build_s} s (not in the timings below)")
     info = machine()
-    print(f"machine: {info['cpu']} ({info['cpu_flags']}), {THREADS} threads, paddle "
-          f"{paddle.__version__}, commit {str(info['commit'])[:10]}")
+    import provenance
+
+    print(provenance.headline(info), flush=True)
     rows = []
     for model_name in ("gpt", "cnn"):
         for mode in ARGS.modes.split(","):

@@ -235,6 +235,24 @@ def main() -> int:
     custom_op.load_library()
     op_build_s = round(time.perf_counter() - t0, 2)
     print(f"DiscLaunch op library built in {op_build_s} s (not in the timings below)")
+    import provenance
+
+    import disc_core
+    from disc_runtime.native import blas_choice
+
+    choice = blas_choice()
+    info = provenance.machine(THREADS, {
+        "tensorflow": tf.__version__, "keras": keras.__version__,
+        "disc_core": disc_core.__version__, "disc_tf": disc_tf.__version__}, {
+        "tf": "TensorFlow's own MatMul kernels (oneDNN when TF_ENABLE_ONEDNN_OPTS is on, "
+              "else Eigen), linked inside TensorFlow",
+        "xla": "XLA's CPU runtime (Eigen matmul)",
+        "disc": {"f32_gemm": provenance.library_name(choice.get("f32_gemm")),
+                 "library": provenance.library_name(choice.get("library")),
+                 "reason": choice.get("reason"),
+                 "note": "not TensorFlow's library: DISC cannot call TF's internal GEMM "
+                         "yet, so these ratios do not hold the library fixed"}})
+    print(provenance.headline(info), flush=True)
     rows = []
     for mode in ARGS.modes.split(","):
         r = run_case(mode)
@@ -258,7 +276,8 @@ def main() -> int:
     out = ARGS.output or ROOT / "benchmarks" / "results" / (
         "tf_models.quick.json" if ARGS.quick else "tf_models.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    info["load_avg_1m_end"] = load_end[0]
+    out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
     bad = [r for r in rows if max(r["max_rel_diff_vs_tf"].values()) > 2e-3
            or any(r.get("grad_mismatches", {}).values())]

@@ -20,9 +20,16 @@ new processes the time counts from making the contender (``optimize`` loads the 
 there), imports excluded. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
+The headline ratios hold the GEMM library fixed: DISC's GEMMs run torch's own MKL, as
+eager's do (``DISC_BLAS_TUNE=0`` keeps the runtime on the library the bridge prefers), so
+they measure what the compiler earns. The runtime's own choice of BLAS (it measures torch's
+MKL against numpy's OpenBLAS with oneDNN's sgemm on the CPU at hand) is a second, labelled
+column (``own_blas``): DISC against eager again, steady state only, timed in a child
+process (the BLAS is chosen once per process).
+
 Results: a table on stdout and benchmarks/results/torch_models.json (torch_models.quick.json
-for --quick): one object per (model, mode), with the library that ran DISC's GEMMs
-(``disc_gemm_library``: measured per machine, see disc_runtime.native.blas_choice). Targets
+for --quick): ``machine`` (benchmarks/provenance.py: CPU model and flags, threads, commit,
+date, versions, each contender's GEMM library) and one row per (model, mode). Targets
 are printed as PASS/MISS; a missed target does not fail the run, a loss that disagrees with
 eager does (exit 1), and so does, in training, the gradient of any parameter on the first
 batch (``max_grad_rel_err_vs_eager``: ‖g_disc − g_eager‖ / ‖g_eager‖ over every parameter,
@@ -56,11 +63,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     p.add_argument("--fresh-first-pass", nargs=3, metavar=("MODEL", "MODE", "CONTENDER"),
                    help=argparse.SUPPRESS)  # the child process of fresh_first_pass()
+    p.add_argument("--own-blas-steady", action="store_true",
+                   help=argparse.SUPPRESS)  # the child process of own_blas_column()
     return p.parse_args(argv)
 
 
 ARGS = parse_args()
 THREADS = harness.thread_count(ARGS)
+# the same GEMM library as eager (torch's MKL) unless this is the own-BLAS child
+os.environ["DISC_BLAS_TUNE"] = "1" if ARGS.own_blas_steady else "0"
 # no background pool of Inductor compile workers competing with the timed contenders
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
@@ -174,6 +185,38 @@ def gradient_check(base: nn.Module, batch: tuple[Any, Any]) -> dict[str, Any]:
     judged = harness.judge_gradients(names, grads(disc), grads(eager), grads(exact))
     judged["max_grad_rel_err_vs_eager"] = judged.pop("max_grad_rel_err")
     return judged
+
+
+def own_blas_column() -> dict[str, Any]:
+    """DISC against eager, steady state, with the BLAS the runtime picks by measuring (a
+    child process: the library is chosen once per process): the second, labelled column."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--threads", str(THREADS), "--own-blas-steady",
+         "--models", ARGS.models, "--modes", ARGS.modes, "--rounds", str(ARGS.rounds),
+         "--repeat", str(ARGS.repeat)] + (["--quick"] if ARGS.quick else []),
+        env={**os.environ, "DISC_CACHE_DIR": tempfile.mkdtemp(prefix="disc-bench-own-")},
+        capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child_own_blas() -> int:
+    rows = {}
+    for m in ARGS.models.split(","):
+        for mode in ARGS.modes.split(","):
+            torch.manual_seed(0)
+            base, batches, _ = MODELS[m](ARGS.quick)
+            steps = {n: contender(n, base, mode)[1] for n in ("eager", "disc")}
+            for step in steps.values():
+                harness.first_pass(step, batches, float)
+            timed = batches[:: max(len(batches) // 5, 1)]
+            medians = harness.steady(steps, timed, ARGS.rounds, lambda r: r, ARGS.repeat)
+            rows[f"{m}/{mode}"] = {
+                "speedup_vs_eager": round(harness.median_ratio(medians, "eager", "disc"), 3),
+                "steady_ms": {n: round(1e3 * statistics.median(v), 3)
+                              for n, v in medians.items()},
+                "disc_gemm_library": gemm_library()}
+    print(json.dumps(rows))
+    return 0
 
 
 def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[str, Any]:
@@ -296,6 +339,21 @@ def targets(row: dict[str, Any]) -> list[str]:
 def main() -> int:
     if ARGS.fresh_first_pass:
         return _child_first_pass(*ARGS.fresh_first_pass)
+    if ARGS.own_blas_steady:
+        return _child_own_blas()
+    import provenance
+
+    import disc_core
+    import disc_torch
+
+    info = provenance.machine(THREADS, {
+        "torch": torch.__version__, "disc_core": disc_core.__version__,
+        "disc_torch": disc_torch.__version__}, {
+        "eager": "torch's MKL (torch.backends.mkl)" if torch.backends.mkl.is_available()
+        else "torch's BLAS", "inductor": "torch's MKL (extern mm kernels)",
+        "disc": "torch's MKL (DISC_BLAS_TUNE=0: the library disc-torch prefers)",
+        "disc_own_blas": "measured per machine: see own_blas[].disc_gemm_library"})
+    print(provenance.headline(info), flush=True)
     cache = tempfile.mkdtemp(prefix="disc-bench-cache-")
     os.environ["DISC_CACHE_DIR"] = cache  # cold: DISC compiles everything in this run
     # cold for Inductor too (read whenever Inductor looks up a cache path)
@@ -317,10 +375,17 @@ def main() -> int:
                      f"{sorted(r['grad_rounding_level'])})" if mode == "training" else ""),
                   flush=True)
             print("     " + "; ".join(targets(r)), flush=True)
+    own = own_blas_column()
+    for r in rows:
+        r["own_blas"] = own[f"{r['model']}/{r['mode']}"]
+        print(f"{r['model']:4} {r['mode']:9} own-BLAS column (not the headline): eager "
+              f"x{r['own_blas']['speedup_vs_eager']:.2f} with "
+              f"{r['own_blas']['disc_gemm_library']['f32_gemm']}", flush=True)
+    info["load_avg_1m_end"] = os.getloadavg()[0]
     out = ARGS.output or ROOT / "benchmarks" / "results" / (
         "torch_models.quick.json" if ARGS.quick else "torch_models.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
     bad = [r for r in rows if r["max_loss_rel_diff_vs_eager"] > 2e-3
            or r.get("grad_mismatches")]  # (harness.judge_gradients)

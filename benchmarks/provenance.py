@@ -1,0 +1,88 @@
+"""Where a benchmark's numbers come from: the machine, the code and the libraries.
+
+A ratio means nothing without them: the CPU differs between runs of this project (an Intel
+Xeon with AVX-512 on some, an AMD EPYC with AVX2 on others), one GEMM library beats another
+by 2x on one of them and loses on the other, and the commit says which compiler produced
+the figure. Every result file (``benchmarks/results/*.json``) carries :func:`machine`'s
+record, and every printed table starts with :func:`headline`.
+
+Imports no framework: a script passes the versions and GEMM libraries of its contenders.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: CPU flags that decide which kernels and GEMM paths run (the rest of /proc/cpuinfo's
+#: list is kept out of the record: it is long and says nothing about these results).
+FLAG_PREFIXES = ("avx", "fma", "amx", "sse4", "f16c", "bmi2")
+
+
+def cpu() -> tuple[str, str]:
+    """(model name, the relevant flags) from /proc/cpuinfo; the platform's processor
+    string and no flags elsewhere."""
+    name, flags = platform.processor() or "unknown", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = " ".join(sorted(f for f in line.split(":", 1)[1].split()
+                                        if f.startswith(FLAG_PREFIXES)))
+                break
+    except OSError:
+        pass
+    return name, flags
+
+
+def commit() -> dict[str, Any]:
+    """The checkout's commit and whether it had uncommitted changes (None outside git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        return {"commit": git("rev-parse", "HEAD"),
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+
+
+def machine(threads: int, versions: dict[str, str | None],
+            gemm_library: dict[str, Any]) -> dict[str, Any]:
+    """The record every result file carries: CPU model and flags, cores, the threads each
+    contender ran with, commit, UTC date, Python and framework versions, and the GEMM
+    library of each contender (``{"eager": "torch's MKL", "disc": ...}``)."""
+    name, flags = cpu()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {
+        "cpu": name, "cpu_flags": flags, "cpus": os.cpu_count(), "threads": threads,
+        **commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "versions": dict(versions),
+        "gemm_library": gemm_library, "load_avg_1m_start": load,
+    }
+
+
+def headline(record: dict[str, Any]) -> str:
+    """One line saying where the numbers below were measured."""
+    head = str(record.get("commit") or "unknown")[:10] + ("+dirty" if record.get("dirty")
+                                                          else "")
+    versions = ", ".join(f"{k} {v}" for k, v in record.get("versions", {}).items() if v)
+    return (f"machine: {record['cpu']} ({record['cpu_flags']}), {record['cpus']} cores, "
+            f"{record['threads']} threads; commit {head}; {record['date']}; {versions}")
+
+
+def library_name(path: str | None) -> str | None:
+    """A library's file name (the directory only says where pip put it)."""
+    return os.path.basename(path) if path else None
