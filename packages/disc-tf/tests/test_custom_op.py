@@ -76,3 +76,23 @@ def test_missing_compiler_warns_once_and_uses_numpy_function(tmp_path):
     proc = subprocess.run([sys.executable, "-c", NO_CXX], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_launch_ops_load_modules_by_file_identity():
+    """DiscLaunch dlopens the module itself: it gets the runtime's per-file name, so a cache
+    entry rebuilt in this process is loaded anew rather than the discarded file reused."""
+    import tensorflow as tf
+
+    import disc_tf
+    from disc_runtime.native import MODULE_FILE
+
+    f = disc_tf.function(lambda x: tf.exp(x) * 2.0 + x, execution="custom_op")
+    f(tf.ones([3, 2]))
+    entry = next(e for e in f._entries.values() if e.rebuilt is not None)  # noqa: SLF001
+    nodes = [n for n in entry.rebuilt.graph.as_graph_def().node if n.op == "DiscLaunch"]
+    assert nodes and entry.launches
+    path = nodes[0].attr["module_path"].s.decode()
+    module = entry.launches[0].executable.artifact.path(MODULE_FILE)
+    st = os.stat(module)
+    assert os.path.basename(path) == f"{st.st_dev}-{st.st_ino}.so"
+    assert os.path.realpath(path) == os.path.realpath(module)

@@ -26,7 +26,7 @@ from disc_core.bridge.attempts import compile_clusters, record_attempts, split_c
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.report import ReasonCode, get_collector, graph_report
-from disc_runtime.native import MODULE_FILE
+from disc_runtime.native import MODULE_FILE, module_load_path
 
 from .config import DiscConfig
 from .lowering import dtype_code
@@ -238,7 +238,8 @@ def _launches(analysis: Analysis, attempts: list[Any], state: FunctionState, rol
             members=_members_with_plumbing(analysis.view, a.members),
             inputs=low.inputs, outputs=low.outputs,
             out_dims=[_out_dims(v) for v in graph.outputs],
-            module_path=str(a.exe.artifact.path(MODULE_FILE)), key=key,
+            # by file identity: a cache entry rebuilt in this process loads anew
+            module_path=module_load_path(a.exe.artifact.path(MODULE_FILE)), key=key,
             output_slots=low.output_index, passthrough=low.passthrough,
             out_dtypes=[dtype_code(v.dtype) for v in graph.outputs],
             writebacks=low.writebacks))

@@ -371,14 +371,19 @@ _link_dir: str | None = None
 _link_lock = threading.Lock()
 
 
-def _load_path(path: str) -> str:
+def module_load_path(path: str | os.PathLike[str]) -> str:
     """The name to dlopen ``path`` under: a per-process symlink named by the file's device
     and inode. dlopen returns the module it already loaded under the same name, so loading
     a rebuilt cache entry (a new file at the same path) by its path would keep running
     the discarded file (SIGBUS if that was truncated); a name per file identity loads the
-    new one, while the same file still maps once."""
+    new one, while the same file still maps once. The bridges' launch ops (which dlopen
+    modules themselves) are handed this name too."""
+    path = os.fspath(path)
     global _link_dir
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path  # nothing to name: dlopen says what is missing
     with _link_lock:
         if _link_dir is None:
             _link_dir = tempfile.mkdtemp(prefix=f"disc-modules-{os.getpid()}-")
@@ -393,7 +398,7 @@ class NativeModule:
     """A loaded module plus the signature facts a call needs."""
 
     def __init__(self, artifact: Artifact):
-        self.lib = _ffi.dlopen(_load_path(str(artifact.path(MODULE_FILE))))
+        self.lib = _ffi.dlopen(module_load_path(artifact.path(MODULE_FILE)))
         abi = self.lib.disc_abi_version()
         if abi != ABI_VERSION:
             raise EngineError(f"native module ABI {abi}, this disc-runtime speaks {ABI_VERSION}: "

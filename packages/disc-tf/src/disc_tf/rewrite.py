@@ -18,7 +18,7 @@ from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, n
 from tensorflow.python.eager import wrap_function
 from tensorflow.python.framework import graph_to_function_def
 
-from disc_runtime.native import ABI_VERSION, MODULE_FILE
+from disc_runtime.native import ABI_VERSION, MODULE_FILE, module_load_path
 
 from .gradients import mark_differentiable
 from .partition import LoweredCluster
@@ -180,7 +180,8 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
         if mode == "custom_op":
             fdef = _function_def(sub, feeds, outs, f"disc_fallback_{name}")
             graph_def.library.function.add().CopyFrom(fdef)
-            module = str(launch.executable.artifact.path(MODULE_FILE))
+            # by file identity: a cache entry rebuilt in this process loads anew
+            module = module_load_path(launch.executable.artifact.path(MODULE_FILE))
             node = _launch_node(launch, name, fdef.signature.name, module, control, device)
         else:
             assert numpy_runner is not None and keepalive is not None
