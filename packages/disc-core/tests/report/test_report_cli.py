@@ -97,7 +97,7 @@ def test_error_lines(files, tmp_path):
         ("report", tmp_path / "missing.json"):
             f"disc: error: {tmp_path / 'missing.json'}: no such file",
         ("report", newer): f"disc: error: {newer}: schema_version 99 is newer than this "
-                           "disc-core reads (1); upgrade disc-core",
+                           "disc-core reads (2); upgrade disc-core",
         ("report", tmp_path / "bad.json"):
             f"disc: error: {tmp_path / 'bad.json'}: graphs[0].nodes[2].status: expected one "
             "of 'compiled', 'fallback', got 'maybe'",
@@ -105,7 +105,7 @@ def test_error_lines(files, tmp_path):
                                              'DISC report (no "schema": "disc-report" field)',
         ("report", tmp_path): f"disc: error: {tmp_path}: is a directory, not a report file",
         ("report", "merge", files["tf"], newer): f"disc: error: {newer}: schema_version 99 is "
-                                                  "newer than this disc-core reads (1); "
+                                                  "newer than this disc-core reads (2); "
                                                   "upgrade disc-core",
         ("report", files["tf"], "--html", tmp_path / "no" / "x.html"):
             f"disc: error: cannot write HTML report to {tmp_path / 'no' / 'x.html'}: "

@@ -108,8 +108,11 @@ def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
         return Support(False, f"{op.type} is control flow or a function call (stays with "
                        "TensorFlow)", code=ReasonCode.NO_CONVERTER)
     if _uses_resource(op):
-        return Support(False, f"{op.type} reads or writes a resource or variant",
-                       code=ReasonCode.NO_CONVERTER)
+        # variables, iterators and other resource handles are TensorFlow's state: these
+        # ops stay in TensorFlow by design (clusters take the values they read as inputs
+        # and hand back the values they write), they are not missing converters
+        return Support(False, f"{op.type} reads or writes a resource or variant (stays in "
+                       "TensorFlow by design)", code=ReasonCode.FRAMEWORK_OP)
     if op.op_def is not None and op.op_def.is_stateful:
         return Support(False, f"{op.type} is stateful (random numbers, I/O, side effects)",
                        code=ReasonCode.NO_CONVERTER)

@@ -30,6 +30,7 @@ from .collector import (
 from .files import load, write_report
 from .model import (
     KERNEL_KINDS,
+    MIN_SCHEMA_VERSION,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     ClusterRecord,
@@ -50,6 +51,7 @@ from .summary import Summary, summarize
 __all__ = [
     "ENV_VAR",
     "KERNEL_KINDS",
+    "MIN_SCHEMA_VERSION",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "ClusterRecord",

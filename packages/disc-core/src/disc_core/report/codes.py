@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CLUSTER_FAILURES", "ReasonCode", "Status"]
+__all__ = ["CLUSTER_FAILURES", "CODE_SCHEMA_VERSION", "ReasonCode", "Status"]
 
 
 class Status(str, enum.Enum):
@@ -36,6 +36,10 @@ class ReasonCode(str, enum.Enum):
     EXCLUDED_BY_USER = "excluded_by_user"
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
+    #: schema version 2: the op stays in the framework by design (it reads or writes
+    #: framework state: variables, resource handles, iterators), not for want of a
+    #: converter; a report lists it so that coverage is complete, not as work to do
+    FRAMEWORK_OP = "framework_op"
 
     @property
     def label(self) -> str:
@@ -54,7 +58,13 @@ _LABELS = {
     ReasonCode.EXCLUDED_BY_USER: "excluded by user",
     ReasonCode.COMPILE_ERROR: "compile error",
     ReasonCode.RUNTIME_ERROR: "runtime error",
+    ReasonCode.FRAMEWORK_OP: "framework op by design",
 }
+
+#: The schema version that introduced a reason code (codes not listed: version 1). A
+#: writer writes the lowest version that has every code the file uses, so readers from
+#: before a code was added still read every file that does not use it.
+CODE_SCHEMA_VERSION = {ReasonCode.FRAMEWORK_OP: 2}
 
 #: Reasons that mean "was clustered, then the compiled cluster failed".
 CLUSTER_FAILURES = frozenset({ReasonCode.COMPILE_ERROR, ReasonCode.RUNTIME_ERROR})

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._fields import Fields, ReportFormatError
-from .codes import CLUSTER_FAILURES, ReasonCode, Status
+from .codes import CLUSTER_FAILURES, CODE_SCHEMA_VERSION, ReasonCode, Status
 
 if TYPE_CHECKING:
     from .summary import Summary
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KERNEL_KINDS",
     "SCHEMA_NAME",
+    "MIN_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "ClusterRecord",
     "GraphReport",
@@ -54,7 +55,9 @@ __all__ = [
 #: Value of the top-level ``"schema"`` field: tells a DISC report from any other JSON file.
 SCHEMA_NAME = "disc-report"
 #: Bumped only for changes an older reader would misread (see docs/report-schema.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The oldest version this disc-core reads (every version since only added reason codes).
+MIN_SCHEMA_VERSION = 1
 
 
 class SchemaVersionError(ReportFormatError):
@@ -432,10 +435,21 @@ class Report:
             if graph.run not in ids:
                 raise ReportFormatError(f"graphs[{i}].run: no run has id {graph.run!r}")
 
+    def written_version(self) -> int:
+        """The schema version a file of this report declares: the lowest one that has
+        every reason code it uses, so an older reader still reads a report without the
+        newer codes."""
+        version = MIN_SCHEMA_VERSION
+        for graph in self.graphs:
+            for node in graph.nodes:
+                if node.reason is not None:
+                    version = max(version, CODE_SCHEMA_VERSION.get(node.reason, 1))
+        return version
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA_NAME,
-            "schema_version": self.schema_version,
+            "schema_version": self.written_version(),
             "runs": [r.to_dict() for r in self.runs],
             "graphs": [g.to_dict() for g in self.graphs],
         }
@@ -455,10 +469,10 @@ class Report:
                 f"schema_version {version} is newer than this disc-core reads "
                 f"({SCHEMA_VERSION}); upgrade disc-core"
             )
-        if version != SCHEMA_VERSION:
+        if version < MIN_SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"schema_version {version} is not supported (this disc-core reads "
-                f"{SCHEMA_VERSION})"
+                f"{MIN_SCHEMA_VERSION} to {SCHEMA_VERSION})"
             )
         f = Fields(data, "")
         report = cls(
