@@ -194,8 +194,13 @@ def analyze(graph: tf.Graph, *, min_cluster_size: int,
             continue
         verdicts[op] = trial(op.type, lambda op=op: _lower_in_context(ctx, op))
     never = [op for op in order if op.type in NOT_COMPUTE or op in dead]
+    # a control edge into a Const orders nothing (a constant has no effect, and clusters
+    # inline constants): TF's gradients put constants under control dependencies (the 2
+    # of SquaredDifference's gradient), and counting those edges closed false cycles
+    # between every batch norm's backward and the next; the rewrite drops them
     edges = [(p, op) for op in order
-             for p in {t.op for t in op.inputs} | set(op.control_inputs)]
+             for p in {t.op for t in op.inputs} |
+             (set() if op.type == "Const" else set(op.control_inputs))]
     clustering = find_clusters(order, edges, verdicts, min_cluster_size=min_cluster_size,
                                never_cluster=never, group_key=lambda op: op.device)
     nodes = [op for op in order if op.type not in NOT_COMPUTE and op not in dead]

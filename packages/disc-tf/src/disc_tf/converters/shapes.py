@@ -636,3 +636,23 @@ def dynamic_stitch(ctx: Lowering, op: tf.Operation) -> Known:
     if sorted(merged) != list(range(len(merged))):
         raise ConversionError(f"DynamicStitch indices {sorted(merged)} leave gaps")
     return Known(known_array([merged[i] for i in range(len(merged))]))
+
+
+@converter("ConcatOffset", dtypes=SIZE_DTYPES)
+def concat_offset(ctx: Lowering, op: tf.Operation) -> list[Known]:
+    """Where each concatenated piece starts (the gradient of ``ConcatV2`` slices its
+    pieces back out at these offsets): zeros but along the axis, where piece ``i`` starts
+    at the sum of the earlier pieces' sizes. Folded, so those slices stay static."""
+    axis = ctx.static_ints(op.inputs[0], "ConcatOffset concat_dim")[0]
+    shapes = [ctx.known_ints(t, "ConcatOffset shape") for t in op.inputs[1:]]
+    rank = len(shapes[0])
+    if not -rank <= axis < rank or any(len(s) != rank for s in shapes):
+        raise ConversionError(f"ConcatOffset of shapes {shapes} along {axis}")
+    axis %= rank
+    out, start = [], Expr.const(0)
+    for s in shapes:
+        offset: list[Any] = [0] * rank
+        offset[axis] = start
+        out.append(Known(known_array(offset)))
+        start = start + as_expr(s[axis])
+    return out
