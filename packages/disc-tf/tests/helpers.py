@@ -69,3 +69,16 @@ def rand(shape: Sequence[int], dtype: tf.DType = tf.float32, seed: int = 0,
         return tf.constant(rng.integers(0, 2, shape).astype(bool))
     return tf.constant(rng.integers(int(low) - 3, int(high) + 4, shape).astype(
         dtype.as_numpy_dtype))
+
+
+def dilated_kernel(w, d):
+    """The kernel with ``d - 1`` zeros between taps: a dilated convolution is the plain
+    convolution with it. TF's CPU kernels have no dilated backprop, so the dilated cases
+    are checked against the gradients of this equivalent form."""
+    for axis in (0, 1):
+        k = w.shape[axis]
+        w = tf.stack([w] + [tf.zeros_like(w)] * (d - 1), axis=axis + 1)
+        shape = list(w.shape)
+        w = tf.reshape(w, shape[:axis] + [k * d] + shape[axis + 2:])
+        w = tf.gather(w, tf.range((k - 1) * d + 1), axis=axis)
+    return w

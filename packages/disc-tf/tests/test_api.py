@@ -190,7 +190,8 @@ def test_keras_fit_matches_plain_tensorflow():
         disc_tf.disable()
     assert len(plain) == len(with_disc) == 20
     np.testing.assert_allclose(with_disc, plain, rtol=1e-4, atol=1e-6)
-    graphs = [g for g in disc_tf.report().graphs if g.name == "one_step_on_data"]
+    # the train function, with the step (a nested tf.function) traced into it
+    graphs = [g for g in disc_tf.report().graphs if g.name == "multi_step_on_iterator"]
     compiled = [n for n in graphs[-1].nodes if n.status.value == "compiled"]
     assert len(compiled) > 50  # the step's math runs in DISC, not just a few ops
     # what stays in TF does so by design (variables), never by a failed cluster
@@ -220,3 +221,77 @@ def test_function_needing_a_static_dim_is_traced_per_shape():
     assert_same(got, norm(rand([3, 4, 8])) * 2.0)
     assert_same(f(rand([5, 2, 8])), norm(rand([5, 2, 8])) * 2.0)
     assert f.uses_disc()
+
+
+def test_nested_functions_are_traced_into_the_enclosing_one():
+    """Under ``enable()``, a tf.function called while another is traced (Keras runs the
+    train step, and convolutions whose input channels are unknown, through nested ones)
+    is traced into the caller: one cluster and one compilation over every shape instead
+    of a call op splitting the caller, plus the callee's own. A pinned callee keeps its
+    call (its input_signature is its contract)."""
+    w = tf.Variable(np.linspace(-1.0, 1.0, 12).reshape(3, 4).astype("float32"))
+
+    def body(h):
+        return tf.nn.relu(h) * 2.0 - h
+
+    disc_tf.enable(min_cluster_size=1)
+    try:
+        inner = tf.function(body, jit_compile=True)  # XLA overridden: DISC decides
+        pinned = tf.function(body, input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+
+        @tf.function
+        def outer(x):
+            h = tf.tanh(tf.matmul(x, w))
+            return tf.reduce_sum(inner(h) * h, -1) + tf.reduce_sum(pinned(h), -1)
+    finally:
+        disc_tf.disable()
+
+    def reference(x):
+        h = tf.tanh(tf.matmul(x, w))
+        return tf.reduce_sum(body(h) * h, -1) + tf.reduce_sum(body(h), -1)
+
+    disc_tf.enable(min_cluster_size=1)
+    try:
+        before = disc_tf.compile_count()
+        for n in (5, 1, 8, 3):
+            x = rand([n, 3])
+            assert_same(outer(x), reference(x))
+        graph = outer.coverage()
+    finally:
+        disc_tf.disable()
+    ops = [n.op for n in graph.nodes]
+    assert "MatMul" in ops and "Relu" in ops, ops  # the inlined body is the caller's
+    calls = [n for n in graph.nodes if n.op in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert len(calls) == 1, calls  # the pinned function's call only
+    assert all(c.calls == 4 and c.cache_misses + c.cache_hits == 1 for c in graph.clusters)
+    assert disc_tf.compile_count() - before <= len(graph.clusters)
+    assert inner._entries == {}  # never traced on its own
+
+
+def test_a_trace_that_fails_with_calls_inlined_is_retried_with_calls(monkeypatch):
+    """Inlining must never be what breaks a program: if the enclosing trace fails after
+    a nested DISC function was traced into it, it is traced again with that function
+    called (one warning), and the results are TensorFlow's."""
+    def body(h):
+        return tf.nn.relu(h) * 2.0 - h
+
+    def broken_inline(self, *args, **kwargs):
+        raise ValueError("injected inlining failure")
+
+    monkeypatch.setattr(disc_tf.api.DiscFunction, "_inline", broken_inline)
+    disc_tf.enable(min_cluster_size=1)
+    try:
+        inner = tf.function(body)
+
+        @tf.function
+        def outer(x):
+            return tf.reduce_sum(inner(tf.tanh(x)) * x, -1)
+
+        with pytest.warns(disc_tf.DiscFallbackWarning, match="called as functions"):
+            got = outer(rand([4, 3]))
+        assert_same(got, tf.reduce_sum(body(tf.tanh(rand([4, 3]))) * rand([4, 3]), -1))
+        assert_same(outer(rand([2, 3])),
+                    tf.reduce_sum(body(tf.tanh(rand([2, 3]))) * rand([2, 3]), -1))
+    finally:
+        disc_tf.disable()
+    assert outer.uses_disc()

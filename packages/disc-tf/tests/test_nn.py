@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
-from helpers import check_parity, rand
+from helpers import check_parity, dilated_kernel, rand
 
 F32, F64 = tf.float32, tf.float64
 NHWC_TO_NCHW, NCHW_TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
@@ -43,19 +43,6 @@ def _conv_inputs(dtype, spatial, kernel, cin=3, cout=4, groups=1):
              rand([*kernel, cin // groups, cout], dtype, 2, -r, r)) for n, h, w in spatial]
 
 
-def _dilated_kernel(w, d):
-    """The kernel with ``d - 1`` zeros between taps: a dilated convolution is the plain
-    convolution with it. TF's CPU kernels have no dilated backprop, so the dilated cases
-    are checked against the gradients of this equivalent form."""
-    for axis in (0, 1):
-        k = w.shape[axis]
-        w = tf.stack([w] + [tf.zeros_like(w)] * (d - 1), axis=axis + 1)
-        shape = list(w.shape)
-        w = tf.reshape(w, shape[:axis] + [k * d] + shape[axis + 2:])
-        w = tf.gather(w, tf.range((k - 1) * d + 1), axis=axis)
-    return w
-
-
 def _sig(dtype, kernel, cin=3, cout=4, groups=1):
     """Kernels are pinned (Keras kernels are variables of a fixed shape); every dim of the
     input stays dynamic."""
@@ -85,7 +72,7 @@ def test_conv2d_and_gradients(case, dtype):
         def reference(x, w):
             with tf.GradientTape() as tape:
                 tape.watch([x, w])
-                y = _conv(x, _dilated_kernel(w, dilations), padding, strides, 1)
+                y = _conv(x, dilated_kernel(w, dilations), padding, strides, 1)
             dx, dw = tape.gradient(y, [x, w], output_gradients=tf.sin(y) + 0.5)
             return y, dx, dw
 

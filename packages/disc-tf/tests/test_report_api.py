@@ -47,3 +47,42 @@ def test_each_cluster_names_its_engine_and_only_native_counts() -> None:
     said = [str(w.message) for w in caught if "reference interpreter" in str(w.message)]
     assert len(said) == 1, said  # once per process, for every cluster of every function
     assert "not counted" not in said[0] and "does not count them as compiled" in said[0]
+
+
+def test_variable_ops_are_framework_ops_not_missing_converters() -> None:
+    """Reads and writes of variables stay in TensorFlow by design: the report gives them
+    ``framework_op`` (schema version 2), keeping ``no_converter`` for ops DISC could
+    compile but has no converter for (here Cumsum)."""
+    import numpy as np
+    import tensorflow as tf
+
+    v = tf.Variable(np.linspace(-1.0, 1.0, 5).astype("float32"))
+    steps = tf.Variable(0, dtype=tf.int64)
+
+    def fn(x):
+        y = tf.nn.relu(x * v) + 1.0
+        v.assign_sub(tf.reduce_mean(y, 0) * 0.1)
+        v.assign_add(tf.reduce_max(y, 0) * 0.01)
+        steps.assign_add(1)
+        z = tf.math.cumsum(y * v, axis=1)
+        v.assign(tf.tanh(v))
+        return tf.exp(z) * 0.5
+
+    f = disc_tf.function(fn)
+    for n in (4, 1, 3):
+        f(tf.ones([n, 5]))
+    codes = {(n.op, n.reason.value if n.reason else None) for n in f.coverage().nodes
+             if n.status.value == "fallback"}
+    variable_ops = {"ReadVariableOp", "AssignVariableOp", "AssignAddVariableOp",
+                    "AssignSubVariableOp"}
+    assert {op for op, _ in codes} >= variable_ops | {"Cumsum"}, codes
+    for op, code in codes:
+        if op in variable_ops:
+            assert code == "framework_op", (op, code)
+    assert ("Cumsum", "no_converter") in codes
+    assert not any(code == "framework_op" for op, code in codes if op not in variable_ops)
+    assert f.uses_disc()
+    data = report.Report(runs=disc_tf.report().runs,
+                         graphs=[f.coverage()]).to_dict()
+    assert data["schema_version"] == report.SCHEMA_VERSION == 2
+    assert report.Report.from_dict(data).graphs[0] == f.coverage()

@@ -98,4 +98,13 @@ def test_a_version_1_file_reads_with_its_clusters_unbuilt_never_compiled():
     s = old.summary()
     assert (s.compiled, s.unbuilt, s.fallback) == (0, 138, 4)
     assert "3 not built" in render_text(old)
-    assert json.loads(old.to_json())["schema_version"] == 2
+    assert json.loads(old.to_json())["schema_version"] == 1  # nothing in it needs 2
+
+
+def test_an_interpreted_cluster_makes_the_file_version_2():
+    """A version-1 reader ignores engines, so it would count an interpreted cluster as
+    compiled: such a file declares version 2 (one without declares 1)."""
+    assert samples.issue_example().to_dict()["schema_version"] == 1
+    report = samples.issue_example()
+    report.graphs[0].clusters[1].engine = Engine.REFERENCE
+    assert report.to_dict()["schema_version"] == 2

@@ -43,7 +43,8 @@ def test_samples_round_trip_through_json(make):
     assert Report.from_json(text) == report
     assert Report.from_json(text.encode()) == report  # bytes, as read from a file
     assert json.loads(text)["schema"] == "disc-report"
-    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 2
+    # no reason code newer than version 1: the file stays readable by version-1 readers
+    assert json.loads(text)["schema_version"] == 1
 
 
 def test_writers_omit_absent_optional_fields():
@@ -221,7 +222,7 @@ def test_mixed_cluster_is_rejected():
          SchemaVersionError,
          "schema_version 3 is newer than this disc-core reads (2); upgrade disc-core"),
         ('{"schema": "disc-report", "schema_version": 0}', SchemaVersionError,
-         "schema_version 0 is not supported (this disc-core reads 1, 2)"),
+         "schema_version 0 is not supported (this disc-core reads 1 to 2)"),
     ],
 )
 def test_wrong_files_are_refused_in_one_clear_sentence(text, error, message):
@@ -238,10 +239,28 @@ def test_reason_codes_are_the_closed_list_of_the_issue():
     assert [r.value for r in ReasonCode] == [
         "no_converter", "unsupported_dtype", "unsupported_attribute", "dynamic_rank",
         "data_dependent_shape", "would_create_cycle", "cluster_too_small", "excluded_by_user",
-        "compile_error", "runtime_error", "accuracy_mismatch",
+        "compile_error", "runtime_error", "accuracy_mismatch", "framework_op",
     ]
     assert ReasonCode.DATA_DEPENDENT_SHAPE.label == "data-dependent shape"
     assert all(r.label for r in ReasonCode)
+
+
+def test_framework_op_files_declare_version_2_and_older_files_still_read():
+    """``framework_op`` (schema version 2) is the only change since version 1: a report
+    using it declares version 2, one without it stays version 1 (older readers read it),
+    and version-1 files read as before."""
+    report = samples.issue_example()
+    assert report.to_dict()["schema_version"] == 1
+    v1 = report.to_dict()
+    assert Report.from_dict(v1) == report
+    node = next(n for n in report.graphs[0].nodes if n.status is Status.FALLBACK)
+    node.reason = ReasonCode.FRAMEWORK_OP
+    data = report.to_dict()
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    back = Report.from_dict(data)
+    assert back == report
+    assert any(n.reason is ReasonCode.FRAMEWORK_OP for n in back.graphs[0].nodes)
+    assert ReasonCode.FRAMEWORK_OP.label == "framework op by design"
 
 
 def test_schema_doc_documents_every_field_and_reason():

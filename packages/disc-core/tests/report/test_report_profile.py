@@ -66,7 +66,7 @@ def test_profile_round_trips_through_json():
     assert back == report
     assert back.graphs[0].clusters[0].profile[-1] == KernelTime(
         "gemm0", "library", ["dot_general"], 10, 0.05, shape="[s0, 64] x [64, 32]")
-    assert data["schema_version"] == SCHEMA_VERSION  # profile: an additive optional field
+    assert data["schema_version"] == 1 < SCHEMA_VERSION  # additive optional field
 
 
 def test_not_profiled_and_profiled_without_steps_stay_apart():

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import record
-from tensorflow.python.eager.polymorphic_function import function_type_utils
+from tensorflow.python.eager.polymorphic_function import autograph_util, function_type_utils
 from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core.bridge import fallback
@@ -46,6 +46,19 @@ COMPILERS = CompilerRegistry()
 _enabled: DiscConfig | None = None
 #: cluster key -> (recorder, cluster id, description): where runtime failures are reported
 _launch_owners: dict[str, tuple[Any, int, str]] = {}
+
+
+class _Tracing(threading.local):
+    """Per thread: how many DiscFunctions are being traced (calls of others are inlined
+    while > 0), how many calls were inlined so far, and whether inlining is switched off
+    (> 0: a retry of a trace that failed with calls inlined)."""
+
+    depth = 0
+    inlined = 0
+    blocked = 0
+
+
+_tracing = _Tracing()
 
 
 class DiscFallbackWarning(fallback.DiscFallbackWarning):
@@ -181,6 +194,10 @@ class DiscFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._xla or (self._from_enable and _enabled is None):
             return self._tf(*args, **kwargs)
+        if _tracing.depth and not _tracing.blocked and not self._pinned and \
+                not tf.executing_eagerly():
+            _tracing.inlined += 1
+            return self._inline(*args, **kwargs)
         # the per-call fast path: positional tensors (and scalars) of a signature seen before
         fast = None if kwargs else _fast_key(args)
         if fast is not None and self._pinned and not self._fits_signature(args):
@@ -218,6 +235,24 @@ class DiscFunction:
         if tf.executing_eagerly():
             self._after_call(entry, time.perf_counter() - start)
         return out
+
+    def _inline(self, *args: Any, **kwargs: Any) -> Any:
+        """Trace the Python function straight into the graph another DiscFunction is
+        tracing, as tf.function would trace it into its own graph (autograph included).
+
+        A call of a nested function is a call op the enclosing function's clusters cannot
+        take in: every such call splits them, and the callee is traced, clustered and
+        compiled on its own. Keras convolves through a nested ``tf.function``
+        (``_conv_xla``) whenever the input's channel dim is unknown, as it is in a trace
+        with every dim relaxed: in MobileNetV3 that was one more cluster boundary in
+        predict and two in a train step. Inlined, the callee's ops join the caller's
+        clusters (the caller's automatic control dependencies order its stateful ops)."""
+        fn = self._tf.python_function
+        tf_kwargs = self._tf_args[1]
+        if tf_kwargs.get("autograph", True):
+            fn = autograph_util.py_func_from_autograph(
+                fn, tf_kwargs.get("experimental_autograph_options"))
+        return fn(*args, **kwargs)
 
     @staticmethod
     def _call_keeping_gradient(entry: _Entry, flat: list[Any]) -> Any:
@@ -342,16 +377,43 @@ class DiscFunction:
             return "numpy_function"
         return "custom_op"
 
+    def _fresh_after_failed_trace(self) -> None:
+        """TensorFlow lets only a tf.function's first trace create variables (a Keras
+        optimizer's slots, built in the train step), and a first trace that raised leaves
+        it unable to create any: a retry would fail. A fresh tf.function makes the next
+        trace the first again."""
+        if not self._traced:
+            self._tf = _ORIGINAL_FUNCTION(self._tf_args[0], **self._tf_args[1])
+
+    def _trace(self, args: Any, kwargs: Any) -> Any:
+        """The concrete function, DISC functions called meanwhile traced into it; if that
+        trace fails after inlining any, it is retried with them called as functions
+        (inlining must never be what breaks a program)."""
+        inlined = _tracing.inlined
+        _tracing.depth += 1
+        try:
+            return self._tf.get_concrete_function(*args, **kwargs)
+        except Exception as exc:
+            if _tracing.inlined == inlined or _tracing.blocked:
+                raise
+            self._fresh_after_failed_trace()
+            warn_once(f"DISC: tracing {getattr(self, '__name__', 'a function')} with the "
+                      f"functions it calls traced into it failed ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); they are "
+                      "called as functions instead")
+            _tracing.blocked += 1
+            try:
+                return self._tf.get_concrete_function(*args, **kwargs)
+            finally:
+                _tracing.blocked -= 1
+        finally:
+            _tracing.depth -= 1
+
     def _build(self, args: Any, kwargs: Any) -> _Entry:
         try:
-            cf = self._tf.get_concrete_function(*args, **kwargs)
+            cf = self._trace(args, kwargs)
         except Exception:
-            if not self._traced:
-                # TensorFlow lets only a tf.function's first trace create variables (a
-                # Keras optimizer's slots, built in the train step), and a first trace
-                # that raised leaves it unable to create any: the per-shape retry would
-                # fail. A fresh tf.function makes the next trace the first again.
-                self._tf = _ORIGINAL_FUNCTION(self._tf_args[0], **self._tf_args[1])
+            self._fresh_after_failed_trace()
             raise
         self._traced = True
         entry = _Entry(cf)

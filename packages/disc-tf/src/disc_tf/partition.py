@@ -108,8 +108,11 @@ def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
         return Support(False, f"{op.type} is control flow or a function call (stays with "
                        "TensorFlow)", code=ReasonCode.NO_CONVERTER)
     if _uses_resource(op):
-        return Support(False, f"{op.type} reads or writes a resource or variant",
-                       code=ReasonCode.NO_CONVERTER)
+        # variables, iterators and other resource handles are TensorFlow's state: these
+        # ops stay in TensorFlow by design (clusters take the values they read as inputs
+        # and hand back the values they write), they are not missing converters
+        return Support(False, f"{op.type} reads or writes a resource or variant (stays in "
+                       "TensorFlow by design)", code=ReasonCode.FRAMEWORK_OP)
     if op.op_def is not None and op.op_def.is_stateful:
         return Support(False, f"{op.type} is stateful (random numbers, I/O, side effects)",
                        code=ReasonCode.NO_CONVERTER)
@@ -191,8 +194,13 @@ def analyze(graph: tf.Graph, *, min_cluster_size: int,
             continue
         verdicts[op] = trial(op.type, lambda op=op: _lower_in_context(ctx, op))
     never = [op for op in order if op.type in NOT_COMPUTE or op in dead]
+    # a control edge into a Const orders nothing (a constant has no effect, and clusters
+    # inline constants): TF's gradients put constants under control dependencies (the 2
+    # of SquaredDifference's gradient), and counting those edges closed false cycles
+    # between every batch norm's backward and the next; the rewrite drops them
     edges = [(p, op) for op in order
-             for p in {t.op for t in op.inputs} | set(op.control_inputs)]
+             for p in {t.op for t in op.inputs} |
+             (set() if op.type == "Const" else set(op.control_inputs))]
     clustering = find_clusters(order, edges, verdicts, min_cluster_size=min_cluster_size,
                                never_cluster=never, group_key=lambda op: op.device)
     nodes = [op for op in order if op.type not in NOT_COMPUTE and op not in dead]

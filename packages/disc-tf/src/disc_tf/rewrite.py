@@ -225,6 +225,8 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
         seen_ctrl: set[str] = set()
         for inp in n.input:
             if inp.startswith("^"):
+                if n.op == "Const" and inp[1:] in dropped:
+                    continue  # orders nothing, and a launch may read it (see analyze)
                 target = control_remap.get(inp[1:], inp[1:])
                 if target not in seen_ctrl:
                     seen_ctrl.add(target)

@@ -30,6 +30,7 @@ from .collector import (
 from .files import load, write_report
 from .model import (
     KERNEL_KINDS,
+    MIN_SCHEMA_VERSION,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     ClusterRecord,
@@ -51,6 +52,7 @@ from .summary import Summary, summarize
 __all__ = [
     "ENV_VAR",
     "KERNEL_KINDS",
+    "MIN_SCHEMA_VERSION",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "ClusterRecord",

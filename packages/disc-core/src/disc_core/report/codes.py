@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CLUSTER_FAILURES", "Engine", "ReasonCode", "Status"]
+__all__ = ["CLUSTER_FAILURES", "CODE_SCHEMA_VERSION", "Engine", "ReasonCode", "Status"]
 
 
 class Status(str, enum.Enum):
@@ -51,7 +51,13 @@ class ReasonCode(str, enum.Enum):
     EXCLUDED_BY_USER = "excluded_by_user"
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
+    #: schema version 2: the accuracy guard found the cluster's results differ from the
+    #: framework's own ops
     ACCURACY_MISMATCH = "accuracy_mismatch"
+    #: schema version 2: the op stays in the framework by design (it reads or writes
+    #: framework state: variables, resource handles, iterators), not for want of a
+    #: converter; a report lists it so that coverage is complete, not as work to do
+    FRAMEWORK_OP = "framework_op"
 
     @property
     def label(self) -> str:
@@ -71,7 +77,13 @@ _LABELS = {
     ReasonCode.COMPILE_ERROR: "compile error",
     ReasonCode.RUNTIME_ERROR: "runtime error",
     ReasonCode.ACCURACY_MISMATCH: "accuracy check failed",
+    ReasonCode.FRAMEWORK_OP: "framework op by design",
 }
+
+#: The schema version that introduced a reason code (codes not listed: version 1). A
+#: writer writes the lowest version that has every code the file uses, so readers from
+#: before a code was added still read every file that does not use it.
+CODE_SCHEMA_VERSION = {ReasonCode.FRAMEWORK_OP: 2, ReasonCode.ACCURACY_MISMATCH: 2}
 
 #: Reasons that mean "was clustered, then the compiled cluster failed" (to build, to run,
 #: or the accuracy guard's comparison with the framework's own ops).

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._fields import Fields, ReportFormatError
-from .codes import CLUSTER_FAILURES, Engine, ReasonCode, Status
+from .codes import CLUSTER_FAILURES, CODE_SCHEMA_VERSION, Engine, ReasonCode, Status
 
 if TYPE_CHECKING:
     from .summary import Summary
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KERNEL_KINDS",
     "SCHEMA_NAME",
+    "MIN_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "ClusterRecord",
     "Engine",
@@ -57,11 +58,12 @@ __all__ = [
 #: Value of the top-level ``"schema"`` field: tells a DISC report from any other JSON file.
 SCHEMA_NAME = "disc-report"
 #: Bumped only for changes an older reader would misread (see docs/report-schema.md).
-#: Version 2 added the ``accuracy_mismatch`` reason code and the cluster ``engine``.
+#: Version 2 added the reason codes ``accuracy_mismatch`` and ``framework_op`` and the
+#: cluster ``engine``.
 SCHEMA_VERSION = 2
-#: Versions this disc-core reads: every older one is a subset of the current schema (a
-#: version-1 file has no cluster engines, which readers show as "not built").
-READABLE_VERSIONS = (1, 2)
+#: The oldest version this disc-core reads (every version since only added reason codes and
+#: optional fields; a version-1 file's clusters have no engine: "not built").
+MIN_SCHEMA_VERSION = 1
 
 
 class SchemaVersionError(ReportFormatError):
@@ -453,10 +455,26 @@ class Report:
             if graph.run not in ids:
                 raise ReportFormatError(f"graphs[{i}].run: no run has id {graph.run!r}")
 
+    def written_version(self) -> int:
+        """The schema version a file of this report declares: the lowest one that has
+        every reason code it uses and reads it right (a cluster on the reference
+        interpreter needs version 2), so an older reader still reads a report that
+        needs nothing newer."""
+        version = MIN_SCHEMA_VERSION
+        for graph in self.graphs:
+            if any(c.engine is Engine.REFERENCE for c in graph.clusters):
+                # a version-1 reader ignores engines and would count an interpreted
+                # cluster as compiled
+                version = max(version, 2)
+            for node in graph.nodes:
+                if node.reason is not None:
+                    version = max(version, CODE_SCHEMA_VERSION.get(node.reason, 1))
+        return version
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA_NAME,
-            "schema_version": self.schema_version,
+            "schema_version": self.written_version(),
             "runs": [r.to_dict() for r in self.runs],
             "graphs": [g.to_dict() for g in self.graphs],
         }
@@ -476,10 +494,10 @@ class Report:
                 f"schema_version {version} is newer than this disc-core reads "
                 f"({SCHEMA_VERSION}); upgrade disc-core"
             )
-        if version not in READABLE_VERSIONS:
+        if version < MIN_SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"schema_version {version} is not supported (this disc-core reads "
-                + ", ".join(map(str, READABLE_VERSIONS)) + ")"
+                f"{MIN_SCHEMA_VERSION} to {SCHEMA_VERSION})"
             )
         f = Fields(data, "")
         report = cls(

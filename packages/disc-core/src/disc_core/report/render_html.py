@@ -337,7 +337,7 @@ def render_html(report: Report) -> str:
 <p class="summary">{_e(summary_line(s))}</p>
 {_cards(s)}
 {body}
-<p class="muted">Schema version {report.schema_version}; see docs/report-schema.md.</p>
+<p class="muted">Schema version {report.written_version()}; see docs/report-schema.md.</p>
 <script>{_SCRIPT}</script>
 </body>
 </html>

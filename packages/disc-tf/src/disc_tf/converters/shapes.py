@@ -506,10 +506,12 @@ def slice_(ctx: Lowering, op: tf.Operation) -> Any:
     begin = ctx.known_ints(op.inputs[1], "slice begin")
     size = ctx.known_ints(op.inputs[2], "slice size")
     k = _known_int(ctx, op.inputs[0])
-    if k is not None and k.ndim == 1 and not isinstance(begin[0], Expr) and \
-            not isinstance(size[0], Expr):
-        stop = None if size[0] == -1 else begin[0] + size[0]
-        return Known(as_object_array(k)[begin[0]:stop])
+    if k is not None and k.ndim == len(begin) == len(size) and k.ndim >= 1 and \
+            not any(isinstance(e, Expr) for e in begin + size):
+        # any rank: a Pad's gradient slices its [rank, 2] paddings constant, and folding
+        # that keeps the gradient's crop static instead of a data-dependent Slice
+        index = tuple(slice(b, None if n == -1 else b + n) for b, n in zip(begin, size))
+        return Known(as_object_array(k)[index])
     x = ctx.value(op.inputs[0])
     starts = [as_expr(b) for b in begin]
     limits = [x.shape[i] if (not isinstance(s, Expr) and s == -1) else starts[i] + s
@@ -634,3 +636,23 @@ def dynamic_stitch(ctx: Lowering, op: tf.Operation) -> Known:
     if sorted(merged) != list(range(len(merged))):
         raise ConversionError(f"DynamicStitch indices {sorted(merged)} leave gaps")
     return Known(known_array([merged[i] for i in range(len(merged))]))
+
+
+@converter("ConcatOffset", dtypes=SIZE_DTYPES)
+def concat_offset(ctx: Lowering, op: tf.Operation) -> list[Known]:
+    """Where each concatenated piece starts (the gradient of ``ConcatV2`` slices its
+    pieces back out at these offsets): zeros but along the axis, where piece ``i`` starts
+    at the sum of the earlier pieces' sizes. Folded, so those slices stay static."""
+    axis = ctx.static_ints(op.inputs[0], "ConcatOffset concat_dim")[0]
+    shapes = [ctx.known_ints(t, "ConcatOffset shape") for t in op.inputs[1:]]
+    rank = len(shapes[0])
+    if not -rank <= axis < rank or any(len(s) != rank for s in shapes):
+        raise ConversionError(f"ConcatOffset of shapes {shapes} along {axis}")
+    axis %= rank
+    out, start = [], Expr.const(0)
+    for s in shapes:
+        offset: list[Any] = [0] * rank
+        offset[axis] = start
+        out.append(Known(known_array(offset)))
+        start = start + as_expr(s[axis])
+    return out
