@@ -126,6 +126,10 @@ void CheckOutputs(const std::string &key, const std::vector<paddle::Tensor> &got
     paddle::Tensor want = inputs[first_expected + i];
     const paddle::Tensor &g = got[i];
     std::string where = "output #" + std::to_string(i);
+    // an empty output has no values to differ in, and its dtype is not always the one
+    // Paddle declares: batch_norm_'s reserve_space is uint8 in the program, while Paddle
+    // 3.0's CPU kernel makes an empty float32 tensor
+    if (g.numel() == 0 && want.numel() == 0 && g.shape() == want.shape()) continue;
     if (g.dtype() != want.dtype() || g.shape() != want.shape()) {
       std::string gs, ws;
       for (int64_t d : g.shape()) gs += (gs.empty() ? "" : ", ") + std::to_string(d);
@@ -134,7 +138,6 @@ void CheckOutputs(const std::string &key, const std::vector<paddle::Tensor> &got
                     phi::DataTypeToString(g.dtype()) + " [" + gs + "], the framework gives " +
                     phi::DataTypeToString(want.dtype()) + " [" + ws + "]");
     }
-    if (g.numel() == 0) continue;
     if (!want.is_contiguous()) want = want.contiguous();
     std::string why;
     if (!disc_launch::Compare(KindOf(g.dtype()), phi::SizeOf(g.dtype()), g.data(), want.data(),
