@@ -174,6 +174,36 @@ def test_a_wrong_backward_result_gives_paddles_gradients() -> None:
     assert all(c.engine.value == "native" for g in forward for c in g.clusters)
 
 
+def test_the_guard_through_sot_capture_and_enable() -> None:
+    """full_graph=False (SOT traces the subgraphs it captures as functions of their own;
+    it leaves graphs of a few ops to dygraph, hence a GPT) and ``enable`` (every
+    to_static function) take the guard too."""
+    model, ref = _pair(15, "SotGPT", GPT, vocab=61, hidden=32, heads=4, layers=1)
+    model.eval()
+    ref.eval()
+    model = disc_paddle.compile(model, full_graph=False, accuracy_check="first=3,every=0")
+    rng = np.random.default_rng(1)
+    with paddle.no_grad():
+        for call, s in enumerate((6, 9, 4, 7)):
+            idx = paddle.to_tensor(rng.integers(0, 61, (2, s + 1)))
+            x, y = idx[:, :-1], idx[:, 1:]
+            if call == 2:
+                custom_op.load_library().inject_wrong_results(1)
+            got, warned = _call(model, x, y)
+            assert len(warned) == (call == 2), [str(w.message) for w in warned]
+            if warned:
+                assert "accuracy_mismatch" in str(warned[0].message)
+            np.testing.assert_allclose(got.numpy(), ref(x, y).numpy(), rtol=1e-5)
+    assert model.forward.rewrites.get("infer", 0) >= 2, model.forward.rewrites
+    assert _reasons(_graphs("SotGPT")) == {"accuracy_mismatch"}
+    disc_paddle.enable(min_cluster_size=1, accuracy_check="first=1,every=0")
+    try:
+        static = paddle.jit.to_static(MLP())
+    finally:
+        disc_paddle.disable()
+    assert static.forward.state.config.accuracy_check == AccuracyPolicy(first=1, every=0)
+
+
 def _grads_close(model, ref, rtol: float) -> None:
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         if q.grad is None:
