@@ -147,6 +147,36 @@ def test_switching_reuses_both_program_sets() -> None:
     assert names == ["Switch (infer, guarded)", "Switch (infer)"], names
 
 
+def test_a_wrong_forward_result_in_training() -> None:
+    """A checked training call whose forward launch is wrong: the call is redone without
+    that cluster, loss and gradients are Paddle's, and the backward program's clusters
+    stay compiled (a value that differs says nothing about them)."""
+    model, ref = _pair(8, "Forward")
+    model = disc_paddle.compile(model, min_cluster_size=1, accuracy_check=True)
+    for step, batch in enumerate((5, 3, 7)):
+        x = _x(batch)
+        if step == 1:
+            custom_op.load_library().inject_wrong_results(1)
+        loss, warned = _call(_squared_mean, model, x)
+        want = _squared_mean(ref, x)
+        assert len(warned) == (step == 1), [str(w.message) for w in warned]
+        if warned:
+            assert "accuracy_mismatch" in str(warned[0].message)
+            assert "(forward)" in str(warned[0].message)
+        np.testing.assert_allclose(loss.numpy(), want.numpy(), rtol=1e-5)
+        _, warned = _call(loss.backward)
+        assert not warned
+        want.backward()
+        _grads_close(model, ref, 1e-5)
+        model.clear_gradients()
+        ref.clear_gradients()
+    graphs = _graphs("Forward")
+    assert _reasons(graphs) == {"accuracy_mismatch"}
+    backward = [g for g in graphs if g.name.startswith("Forward (backward")]
+    assert backward and all(c.engine.value == "native" for g in backward
+                            for c in g.clusters)
+
+
 def test_a_wrong_backward_result_gives_paddles_gradients() -> None:
     """A checked call whose backward launch is wrong: loss.backward() is redone without
     that cluster, every parameter gets Paddle's gradient; later steps run as before."""

@@ -126,6 +126,10 @@ void CheckOutputs(const std::string &key, const std::vector<paddle::Tensor> &got
     paddle::Tensor want = inputs[first_expected + i];
     const paddle::Tensor &g = got[i];
     std::string where = "output #" + std::to_string(i);
+    if (!want.initialized()) {  // not expected to happen: conservatively, Paddle's ops run
+      Fail(key, std::string(disc_launch::kAccuracyPrefix) + where +
+                    ": the framework's value has no buffer to compare with");
+    }
     // an empty output has no values to differ in, and its dtype is not always the one
     // Paddle declares: batch_norm_'s reserve_space is uint8 in the program, while Paddle
     // 3.0's CPU kernel makes an empty float32 tensor
