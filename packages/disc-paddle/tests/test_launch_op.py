@@ -41,16 +41,20 @@ def gelu_and_rowsum(tmp_path_factory) -> tuple[str, str]:
     return str(exe.artifact.path(MODULE_FILE)), "launch_test"
 
 
-def _program(lib, module: str, key: str, width: int):
+def _program(lib, module: str, key: str, width: int, check: bool = False):
+    """The launch and Paddle's ops on the same inputs; ``check``: a checking launch (the
+    accuracy guard's), which takes Paddle's results as its expected values."""
     main = paddle.static.Program()
     with paddle.static.program_guard(main):
         x = paddle.static.data("x", [-1, width], "float32")
         bias = paddle.static.data("b", [width], "float32")
-        y, s = paddle._C_ops._run_custom_op(
-            custom_op.op_name(2), [x, bias], module, key, ABI_VERSION, [2, 1], [2, 1],
-            [F32, F32], [-1, width, -1])
         ref_y = paddle.tanh(x) * x + bias
         ref_s = ref_y.sum(axis=1)
+        tolerances = [1e-4, 1e-4] if check else []
+        y, s = paddle._C_ops._run_custom_op(
+            custom_op.op_name(2), [x, bias] + ([ref_y, ref_s] if check else []), module, key,
+            ABI_VERSION, [2, 1], [2, 1], [F32, F32], [-1, width, -1], tolerances,
+            tolerances)
     return main, [y, s, ref_y, ref_s]
 
 
@@ -91,6 +95,33 @@ def test_a_failing_module_raises_a_marked_error_and_is_queued(lib, gelu_and_rows
         assert lib.take_failures() == [(key, "injected runtime failure (test hook)")]
         y, s, ref_y, ref_s = exe.run(main, feed=feed, fetch_list=fetch)  # the next call runs
         np.testing.assert_allclose(y, ref_y, rtol=1e-6, atol=1e-6)
+    finally:
+        paddle.disable_static()
+
+
+def test_a_checking_launch_compares_with_the_expected_values(lib, gelu_and_rowsum) -> None:
+    """The accuracy guard's launch: right results pass through; a wrong one (the test
+    hook) fails the op with an "accuracy check: " record naming the output."""
+    module, _ = gelu_and_rowsum
+    key = "launch_check_test"
+    paddle.enable_static()
+    try:
+        main, fetch = _program(lib, module, key, 6, check=True)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        rng = np.random.default_rng(0)
+        feed = {"x": rng.standard_normal((5, 6), dtype=np.float32),
+                "b": rng.standard_normal(6, dtype=np.float32)}
+        y, s, ref_y, ref_s = exe.run(main, feed=feed, fetch_list=fetch)
+        np.testing.assert_allclose(y, ref_y, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(s, ref_s, rtol=1e-5, atol=1e-5)
+        assert lib.take_failures() == []
+        lib.inject_wrong_results(1)
+        with pytest.raises(Exception):  # noqa: B017 (whatever Paddle wraps it in)
+            exe.run(main, feed=feed, fetch_list=fetch)
+        [(failed, message)] = lib.take_failures()
+        assert failed == key
+        assert message.startswith("accuracy check: output #0 (float32 [5, 6]) differs from "
+                                  "the framework in 1 of 30 elements"), message
     finally:
         paddle.disable_static()
 

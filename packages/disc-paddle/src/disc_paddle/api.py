@@ -12,6 +12,10 @@ fail inside Paddle's executor; the wrapper catches that, marks the cluster faile
 warning, a report entry), drops the function's programs so Paddle rebuilds them without
 it, and calls again: the user gets Paddle's result. A failure in a backward program,
 inside ``loss.backward()``, is handled by :mod:`disc_paddle.backward_retry`.
+
+With the accuracy guard on, the wrapper counts the calls of each signature and, on those
+the policy picks, runs the guarded programs, whose launches compare with the clusters'
+Paddle ops (:mod:`disc_paddle.backend`); a mismatch is one more run-time failure above.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class DiscFunction:
         self.state = FunctionState(config, name or getattr(fn, "__qualname__",
                                                            type(fn).__name__))
         self._statics: dict[Any, Any] = {}
+        self._calls: dict[Any, int] = {}  # per signature: calls so far (accuracy guard)
         self._bound: dict[int, DiscFunction] = {}
         functools.update_wrapper(self, fn, updated=())
 
@@ -94,32 +99,49 @@ class DiscFunction:
             self._statics[key] = st
         return st
 
-    def _pick(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _pick(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """(signature key, its static function)."""
         from paddle.static import InputSpec
 
         if self._input_spec is not None:
-            return self._static("pinned", self._input_spec)
+            return "pinned", self._static("pinned", self._input_spec)
         key = _spec_key(args, kwargs)
         if key is None or not self._full_graph:  # SOT takes no input spec: it has its own
             # handling of dynamic dims (it specializes, then retraces with them dynamic)
-            return self._static("per-call", None)
+            return "per-call", self._static("per-call", None)
         specs = [InputSpec([None] * rank, dtype.removeprefix("paddle."))
                  for rank, dtype in key]
-        return self._static(key, specs)
+        return key, self._static(key, specs)
+
+    def _guard(self, key: Any) -> None:
+        """The accuracy guard: whether this call of signature ``key`` runs the guarded
+        programs (the policy's first calls, then every Kth) or the plain ones."""
+        policy = self.state.config.accuracy_check
+        if policy is None:
+            return
+        call = self._calls.get(key, 0)
+        self._calls[key] = call + 1
+        self.state.use_variant(policy.due(call))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import paddle
 
-        result = self.call_static(*args, **kwargs)
+        key, st = self._pick(args, kwargs)
+        self._guard(key)
+        result = self._run(st, args, kwargs)
         if paddle.is_grad_enabled():
             backward_retry.install()
             backward_retry.watch(self, args, kwargs, result)
         return result
 
     def call_static(self, *args: Any, **kwargs: Any) -> Any:
-        """The call through the static function of its signature; a DISC cluster that fails
-        on the way is dropped and the call made again (see the module docstring)."""
-        st = self._pick(args, kwargs)
+        """The call through the static function of its signature, with the programs the
+        last call ran (guarded or not: a redone call is not a new one for the guard); a DISC
+        cluster that fails on the way is dropped and the call made again (see the module
+        docstring)."""
+        return self._run(self._pick(args, kwargs)[1], args, kwargs)
+
+    def _run(self, st: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         for _ in range(64):  # one retry per cluster that can fail, at most
             try:
                 with capture.owning(self.state):

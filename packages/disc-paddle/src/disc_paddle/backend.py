@@ -11,6 +11,15 @@ A function's :class:`FunctionState` (the capture's *owner*) carries what spans p
 its options, the symbolic dims of the forward program's named values (the backward
 program's inputs are those values, so both programs speak of the same sizes), and the
 clusters that failed at run time, which stay in Paddle when the programs are rebuilt.
+
+The accuracy guard (``accuracy_check``): a function keeps two sets of programs, plain
+ones (clusters replaced by launches) and *guarded* ones (each cluster's Paddle ops kept
+next to a checking launch: :mod:`disc_paddle.rewrite`), and the wrapper says before each
+call which set it runs (:meth:`FunctionState.use_variant`). Both are built once, on
+the first call that needs them, then swapped in by a few dict assignments: Paddle caches
+each set's interpreter under its own program id. A mismatch fails the call like any
+run-time failure (the wrapper drops that cluster and calls again), reported as
+``accuracy_mismatch``.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disc_core.bridge import fallback
+from disc_core.bridge.accuracy import failure_reason
 from disc_core.bridge.attempts import compile_clusters, record_attempts, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
@@ -50,6 +60,9 @@ NOTICE = fallback.FallbackNotice(DiscFallbackWarning, "in Paddle")
 _PROGRAM_ATTRS = ("train_program", "infer_program", "_train_program_id",
                   "_infer_program_id")
 _function_ids = itertools.count()
+#: a PartialProgramLayer's attributes (in its __dict__): which variant its cached programs
+#: are (True: the accuracy guard's), and the other variant's programs put aside
+_VARIANT, _STASH = "_disc_guarded", "_disc_other_programs"
 
 
 @dataclass
@@ -74,7 +87,8 @@ class FunctionState:
 
     config: DiscConfig
     name: str
-    failed: set[str] = field(default_factory=set)  # cluster keys that failed at run time
+    #: cluster keys that failed at run time (or the accuracy guard), with the reason
+    failed: dict[str, tuple[ReasonCode, str]] = field(default_factory=dict)
     #: after a forward cluster failed at run time, the backward program's clusters, whose
     #: dims were derived from the same (wrong) assumptions, stay in Paddle
     backward_off: bool = False
@@ -82,22 +96,45 @@ class FunctionState:
     forward_known: dict[str, Any] | None = None  # the forward's compile-time values by name
     rewrites: dict[str, int] = field(default_factory=dict)  # role -> programs rewritten
     uid: int = field(default_factory=lambda: next(_function_ids))
+    #: which programs the calls run now and the programs built now are: the accuracy
+    #: guard's (checking launches) or the plain ones (see the module docstring)
+    guarded: bool = False
     _partials: list[Any] = field(default_factory=list)
 
     def adopt(self, partial: Any) -> None:
         """The capture traced ``partial`` (a PartialProgramLayer) for this function."""
+        partial.__dict__[_VARIANT] = self.guarded  # its programs get built for this one
         self._partials.append(weakref.ref(partial))
 
+    def use_variant(self, guarded: bool) -> None:
+        """Run the guarded programs (``True``) or the plain ones from now on: each partial
+        program's current set is put aside and the other one put back (or left to be
+        built, for this variant, on its first call)."""
+        if guarded == self.guarded:
+            return
+        self.guarded = guarded
+        for ref in self._partials:
+            partial = ref()
+            if partial is None or partial.__dict__.get(_VARIANT) == guarded:
+                continue
+            stash = partial.__dict__.setdefault(_STASH, {})
+            stash[not guarded] = {a: partial.__dict__.pop(a) for a in _PROGRAM_ATTRS
+                                  if a in partial.__dict__}
+            partial.__dict__.update(stash.pop(guarded, {}))
+            partial.__dict__[_VARIANT] = guarded
+
     def drop_programs(self) -> None:
-        """Forget every rewritten program of this function: Paddle creates them again on
-        the next call (from its un-rewritten originals), and DISC rewrites them again
-        without the clusters that failed."""
+        """Forget every rewritten program of this function (both variants): Paddle creates
+        them again when next called (from its un-rewritten originals), and DISC rewrites
+        them again without the clusters that failed."""
         for ref in self._partials:
             partial = ref()
             if partial is None:
                 continue
             for attr in _PROGRAM_ATTRS:
                 partial.__dict__.pop(attr, None)
+            partial.__dict__.pop(_STASH, None)
+            partial.__dict__[_VARIANT] = self.guarded
             cache = getattr(partial, "_prog_attrs_map_cache", None)
             if cache is not None:
                 cache.clear()
@@ -170,7 +207,8 @@ def _rewrite(program: Any, role: str, state: FunctionState) -> None:
     if role == "forward":
         state.forward_dims = analysis.dims_by_name()
         state.forward_known = analysis.known_by_name()
-    name = f"{state.name} ({role})"
+    guarded = state.guarded and config.accuracy_check is not None
+    name = f"{state.name} ({role}{', guarded' if guarded else ''})"
     clustering = analysis.clustering
     attempts: list[Any] = []
     blocker: str | None = None
@@ -208,14 +246,16 @@ def _rewrite(program: Any, role: str, state: FunctionState) -> None:
         NOTICE.warn(f"DISC: {name} runs in Paddle: {blocker}")
         return
     record_attempts(recorder, attempts, NOTICE)
-    launches = _launches(analysis, attempts, state, role, recorder)
+    launches = _launches(analysis, attempts, state, role, recorder, guarded)
     if launches:
         replace_clusters(program, launches)
 
 
 def _launches(analysis: Analysis, attempts: list[Any], state: FunctionState, role: str,
-              recorder: Any) -> list[Launch]:
-    """A launch per compiled attempt, except those that failed at run time before."""
+              recorder: Any, guarded: bool = False) -> list[Launch]:
+    """A launch per compiled attempt, except those that failed at run time before;
+    ``guarded``: checking launches, with each module output's tolerances."""
+    policy = state.config.accuracy_check
     launches = []
     for cid, a in enumerate(attempts):
         if not a.ok:
@@ -230,10 +270,12 @@ def _launches(analysis: Analysis, attempts: list[Any], state: FunctionState, rol
         key = f"{low.key}-f{state.uid}-{role}-{cid}"
         what = f"a cluster of {len(a.members)} ops of {state.name} ({role})"
         if key in state.failed:
-            recorder.cluster_failed(cid, ReasonCode.RUNTIME_ERROR,
-                                    "failed at run time in an earlier call; runs in Paddle")
+            code, detail = state.failed[key]
+            recorder.cluster_failed(cid, code, f"{detail} (in an earlier call; runs in "
+                                               "Paddle)")
             continue
         graph = low.graph
+        check = [policy.bounds(v.dtype.value) for v in graph.outputs] if guarded else None
         launches.append(Launch(
             members=_members_with_plumbing(analysis.view, a.members),
             inputs=low.inputs, outputs=low.outputs,
@@ -242,7 +284,7 @@ def _launches(analysis: Analysis, attempts: list[Any], state: FunctionState, rol
             module_path=module_load_path(a.exe.artifact.path(MODULE_FILE)), key=key,
             output_slots=low.output_index, passthrough=low.passthrough,
             out_dtypes=[dtype_code(v.dtype) for v in graph.outputs],
-            writebacks=low.writebacks))
+            writebacks=low.writebacks, check=check))
         with _owners_lock:
             _launch_owners[key] = _Owner(state, recorder, cid, what, role)
     return launches
@@ -260,11 +302,14 @@ def check_launches() -> list[_Owner]:
             owner = _launch_owners.get(key)
             if owner is None:
                 continue
-            owner.state.failed.add(key)
-            if owner.role != "backward":
+            code, detail = failure_reason(message)
+            owner.state.failed[key] = (code, detail)
+            if owner.role != "backward" and code is ReasonCode.RUNTIME_ERROR:
+                # dims the backward's clusters share may be wrong; a value that differs
+                # says nothing about them (the guard checks them on their own)
                 owner.state.backward_off = True
-            NOTICE.cluster_failed(owner.recorder, owner.cluster_id, owner.what,
-                                  ReasonCode.RUNTIME_ERROR, message, stacklevel=3)
+            NOTICE.cluster_failed(owner.recorder, owner.cluster_id, owner.what, code,
+                                  detail, stacklevel=3)
             failed.append(owner)
     return failed
 

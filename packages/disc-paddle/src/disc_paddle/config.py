@@ -17,7 +17,7 @@ __all__ = ["DiscConfig", "ENV_VARS", "OPTIONS"]
 
 #: every disc-paddle option: the shared bridge fields it offers (docs/configuration.md)
 OPTIONS = bridge_table("disc-paddle", shared=(
-    "min_cluster_size", "excluded_ops", "report_path", "target",
+    "min_cluster_size", "excluded_ops", "report_path", "accuracy_check", "target",
 ), own=(
     Option("blas", "DISC_PADDLE_BLAS", "paddle",
            "The GEMM library of DISC's f32 GEMMs inside Paddle: `paddle` (Paddle's own "
@@ -42,6 +42,13 @@ class DiscConfig:
             microseconds; one or two cheap ops are not worth it).
         excluded_ops: PIR op names (``"pd_op.matmul"`` or ``"matmul"``) never compiled.
         report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        accuracy_check: the accuracy guard (``True``, ``"first=N,every=K"``, an
+            ``AccuracyPolicy``; normalized to a policy or None): on the first calls of each
+            signature and every Kth after, the function runs programs that keep each
+            cluster's Paddle ops next to its launch and compare (forward and backward,
+            with the dtype's tolerances); a mismatch hands that cluster to Paddle for good,
+            with a warning and an ``accuracy_mismatch`` report entry, and the call returns
+            Paddle's values.
         target: "auto" (native code when a C compiler exists), "native" or "reference"
             (Paddle runs clusters through the launch op, which runs native modules only:
             with "reference" every cluster stays in Paddle).
@@ -50,6 +57,7 @@ class DiscConfig:
     min_cluster_size: int = _D["min_cluster_size"]
     excluded_ops: frozenset[str] = field(default_factory=lambda: _D["excluded_ops"])
     report_path: str | None = _D["report_path"]
+    accuracy_check: Any = _D["accuracy_check"]
     target: str = _D["target"]
 
     def __post_init__(self) -> None:

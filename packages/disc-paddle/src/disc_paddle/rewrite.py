@@ -7,11 +7,20 @@ op outside the cluster that sits between the members and reads a cluster result,
 value computed from one, moves to just after the launch, in its order. Clustering keeps
 clusters convex (no path leaves a cluster and comes back), so no op both feeds a member
 and reads a result, and these moves keep the program valid.
+
+A *checking* launch (the accuracy guard's programs, :attr:`Launch.check` set) keeps the
+members: it comes right after the last one, takes their results as extra inputs (the
+values the module must reproduce) and replaces them for every other reader, so what
+follows runs on the module's outputs exactly as in the plain program, and the launch op
+fails the call when they differ from Paddle's (``native/disc_launch.cc``). An in-place
+member (a running statistic's update) would change a module input's buffer before the
+launch reads it: the launch reads a copy taken just before that member instead, and the
+member's own update stands (no write-back).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from disc_runtime.native import ABI_VERSION
@@ -46,6 +55,9 @@ class Launch:
     #: (position in ``outputs``, value): an in-place member's update of ``value``, written
     #: back into it after the launch (``assign_out_``)
     writebacks: Sequence[tuple[int, object]] = ()
+    #: the accuracy guard: (rtol, atol) per module output; the launch then keeps the
+    #: members and compares (see the module docstring). None: a plain launch
+    check: Sequence[tuple[float, float]] | None = None
 
 
 def _dtype_code(value: object) -> int:
@@ -95,6 +107,37 @@ def _write_back(program: object, launch: Launch, slots: list[int | None], new: l
             paddle._C_ops.assign_out_(value, target)
 
 
+def _expected(launch: Launch, slots: list[int | None]) -> list[object]:
+    """The member result each module output must reproduce, in module output order."""
+    want: dict[int, object] = {}
+    for old, slot in zip(launch.outputs, slots):
+        if slot is not None:
+            want.setdefault(slot, old)
+    return [want[j] for j in range(len(launch.out_dims))]
+
+
+def _guard_inputs(program: object, launch: Launch, inputs: list[object],
+                  current: Callable[[object], object]) -> list[object]:
+    """A checking launch's module inputs: each value an in-place member updates is
+    replaced by a copy taken just before that member (see the module docstring)."""
+    import paddle
+
+    targets = {current(t).id: launch.outputs[i]  # type: ignore[attr-defined]
+               for i, t in launch.writebacks}
+    if not targets:
+        return inputs
+    out = []
+    for v in inputs:
+        updated = targets.get(v.id)  # type: ignore[attr-defined]
+        if updated is None:
+            out.append(v)
+            continue
+        with paddle.static.program_guard(program):
+            paddle.pir.set_insertion_point(updated.get_defining_op())  # type: ignore[attr-defined]
+            out.append(paddle._C_ops.assign(v))
+    return out
+
+
 def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
     """Put one launch op in place of each cluster's members (see the module docstring).
 
@@ -120,22 +163,64 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
         flat = [int(x) for dims in launch.out_dims for x in dims]
         dtypes = list(launch.out_dtypes) if launch.out_dtypes is not None \
             else [_dtype_code(v) for v in launch.outputs]
+        checking = launch.check is not None and bool(launch.out_dims)
+        expected = _expected(launch, slots) if checking else []
+        rtol = [float(r) for r, _ in launch.check] if checking else []  # type: ignore[union-attr]
+        atol = [float(a) for _, a in launch.check] if checking else []  # type: ignore[union-attr]
+        if checking:
+            inputs = _guard_inputs(program, launch, inputs, current)
         new: list[object] = []
         if launch.out_dims:
             with paddle.static.program_guard(program):
-                paddle.pir.set_insertion_point(members[-1])
+                if checking:
+                    paddle.pir.set_insertion_point_after(members[-1])
+                else:
+                    paddle.pir.set_insertion_point(members[-1])
                 made = paddle._C_ops._run_custom_op(
-                    op_name(len(launch.out_dims)), inputs, launch.module_path,
+                    op_name(len(launch.out_dims)), inputs + expected, launch.module_path,
                     launch.key, ABI_VERSION, [len(v.shape) for v in inputs], ranks,
-                    dtypes, flat)
+                    dtypes, flat, rtol, atol)
             new = list(made) if isinstance(made, (list, tuple)) else [made]
+        kept = _kept_uses(launch.outputs, members, new[0]) if checking else []
         for i, (old, slot) in enumerate(zip(launch.outputs, slots)):
             repl = current(launch.passthrough[i]) if slot is None else new[slot]
             old.replace_all_uses_with(repl)  # type: ignore[attr-defined]
             replaced[old.id] = repl  # type: ignore[attr-defined]
-        for op in reversed(members):
-            block.remove_op(op)
+        for op, k, value in kept:
+            op.operand(k).set_source(value)  # type: ignore[attr-defined]
+        if not checking:
+            for op in reversed(members):
+                block.remove_op(op)
         if new:
             launch_op = new[0].get_defining_op()
             _move_readers_after(block, launch_op, between)
-            _write_back(program, launch, slots, new, current, launch_op)
+            if not checking:
+                _write_back(program, launch, slots, new, current, launch_op)
+
+
+def _kept_uses(values: Sequence[object], members: Sequence[object],
+               result: object) -> list[tuple[object, int, object]]:
+    """(op, operand index, value) of each use of a checking launch's ``values`` (the
+    members' results) that must keep reading them once every other reader reads the
+    launch's outputs: the members' own, those of the vector operands (``builtin.combine``)
+    members read, and the launch's expected inputs. Redirected too, they would make the
+    members read what the launch computes after them."""
+    keep = list(members)
+    for op in members:
+        for v in op.operands_source():  # type: ignore[attr-defined]
+            d = v.get_defining_op() if v.initialized() else None
+            if d is not None and d.name() == "builtin.combine":
+                keep.append(d)
+    launch_op = result.get_defining_op()  # type: ignore[attr-defined]
+    keep.append(launch_op.operand_source(0).get_defining_op())  # its input vector
+    ids = {op.id() for op in keep}  # type: ignore[attr-defined]
+    wanted = {v.id: v for v in values}  # type: ignore[attr-defined]
+    uses = []
+    for v in wanted.values():
+        for op in {op.id(): op for op in v.all_used_ops()}.values():  # type: ignore[attr-defined]
+            if op.id() not in ids:
+                continue
+            for k in range(op.num_operands()):
+                if op.operand_source(k).id == v.id:  # type: ignore[attr-defined]
+                    uses.append((op, k, v))
+    return uses
