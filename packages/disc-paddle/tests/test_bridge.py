@@ -269,3 +269,30 @@ def test_gemm_library_choice(which: str) -> None:
                                            rtol=1e-5, atol=1e-6)
     finally:
         custom_op.use_gemm("paddle")
+
+
+def many_outputs(x):
+    return [paddle.tanh(x * float(i)) + float(i) for i in range(70)]
+
+
+def test_a_cluster_with_more_outputs_than_a_launch_op_has_is_split() -> None:
+    """A launch op has at most MAX_OUTPUTS outputs: a cluster with more is halved and each
+    half compiled (native, in the report), rather than the program left to Paddle while
+    the report claimed the cluster compiled."""
+    import warnings
+
+    assert custom_op.MAX_OUTPUTS < 70 * 1
+    fn = disc_paddle.compile(many_outputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", disc_paddle.DiscFallbackWarning)
+        for n in (3, 1, 6):
+            x = paddle.randn([n, 4])
+            with paddle.no_grad():
+                for got, want in zip(fn(x), many_outputs(x)):
+                    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6,
+                                               atol=1e-6)
+    graphs = _graphs("many_outputs")
+    clusters = [c for g in graphs for c in g.clusters]
+    assert len(clusters) >= 2 and {c.engine.value for c in clusters} == {"native"}, clusters
+    assert not _reasons(graphs)
+    assert sum(c.calls for c in clusters) >= 3 * len(clusters)

@@ -145,6 +145,9 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
     registers the ops this inserts."""
     import paddle
 
+    for launch in launches:  # what can be refused is refused before the program changes
+        if launch.out_dims:
+            op_name(len(launch.out_dims))
     block = program.global_block()  # type: ignore[attr-defined]
     # a cluster may read another's results: once that one is replaced, its old values are
     # gone (their ops removed), so later launches read the replacements
