@@ -9,8 +9,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
+import torch
+
+import disc_torch
+from disc_core import report as disc_core_report
 
 SCRIPT = '''
 import sys
@@ -85,3 +90,37 @@ def test_bisect_finds_the_cluster_with_the_wrong_lowering(tmp_path):
     native = np.load(folder / "out" / "output_0.npy")
     np.testing.assert_allclose(native, np.sin(h * 3 - 1) + x, rtol=1e-5, atol=1e-6)
     assert not np.allclose(native, framework, rtol=1e-4, atol=1e-5)
+
+
+class _Small(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x * 2.0 + 1.0)
+
+
+def test_a_selection_leaves_clusters_out_and_keeps_no_traced_graphs(tmp_path, monkeypatch):
+    """Under DISC_BISECT_CLUSTERS a left-out cluster runs eagerly, is reported with its key
+    as excluded_by_user, and the traced-graph cache is not written: it would keep the
+    cluster as failed for every later process, whatever that one selects."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("")
+    monkeypatch.setenv("DISC_BISECT_CLUSTERS", str(keys))
+    model = _Small()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(disc_torch.optimize(model)(x), model(x))
+    [cluster] = [c for g in disc_torch.report().graphs for c in g.clusters]
+    graph = disc_torch.report().graphs[0]
+    assert cluster.key and cluster.engine.value == "framework"
+    assert {n.reason.value for n in graph.nodes if n.cluster == cluster.id} == {
+        "excluded_by_user"}
+    graphs = Path(os.environ["DISC_CACHE_DIR"]) / "torch-graphs-v1"
+    assert not graphs.exists() or not any(graphs.iterdir())
+
+    monkeypatch.delenv("DISC_BISECT_CLUSTERS")
+    torch._dynamo.reset()
+    disc_core_report.get_collector().clear()
+    with torch.no_grad():
+        torch.testing.assert_close(disc_torch.optimize(_Small())(x), model(x))
+    [again] = [c for g in disc_torch.report().graphs for c in g.clusters]
+    assert again.key and again.engine.value == "native"
+    assert any(graphs.iterdir())  # without a selection the traced graphs are kept

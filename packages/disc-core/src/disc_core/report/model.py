@@ -192,8 +192,8 @@ class ClusterRecord:
     #: None until it is built
     engine: Engine | None = None
     #: The compile-cache key of the cluster's lowered core graph (the artifact's key):
-    #: the same cluster has the same key in every process, so ``DISC_BISECT_CLUSTERS``
-    #: and ``disc bisect`` name clusters by it; None until it is built
+    #: the same cluster of a program has the same key in every run of it, so
+    #: ``DISC_BISECT_CLUSTERS`` and ``disc bisect`` name clusters by it; None until built
     key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
