@@ -24,7 +24,7 @@ from typing import NoReturn, TextIO
 from .clusters import ClusterInfo, clusters_by_key
 from .compare import Comparison, compare_outputs
 from .runs import ProgramRunner, RunError, RunResult
-from .search import find_culprits
+from .search import Oracle, find_culprits
 
 __all__ = ["BisectError", "main"]
 
@@ -136,7 +136,8 @@ class _Bisection:
             return 0
         keys = list(clusters)
         self.say(f"{PROG}: searching {len(keys)} cluster keys")
-        result = find_culprits(keys, self._oracle(len(keys)), max_culprits=self.args.max_culprits,
+        result = find_culprits(keys, self._oracle(len(keys)),
+                               max_culprits=self.args.max_culprits,
                                known={frozenset(keys): True})
         if not result.culprits:
             self.say(f"{PROG}: compiling the clusters by key reproduces no difference (the "
@@ -149,7 +150,9 @@ class _Bisection:
             self._explain(n, culprit, clusters)
         return 0
 
-    def _oracle(self, total: int):
+    def _oracle(self, total: int) -> Oracle:
+        """One run per question, printed as it goes."""
+
         def differs(allowed: frozenset[str]) -> bool:
             label = f"  run {self.runner.count + 1}: {len(allowed)} of {total} cluster keys " \
                     "compiled:"

@@ -179,45 +179,54 @@ def write_reproducer(folder: Path, key: str, artifact_dir: Path, *,
         np.save(folder / "expected" / f"reference_{i}.npy", array, allow_pickle=False)
     for i, array in enumerate(expected_framework or []):
         np.save(folder / "expected" / f"framework_{i}.npy", array, allow_pickle=False)
-    try:
-        native = [np.asarray(r) for r in Executable.load(target).run(list(inputs))]
-    except Exception as exc:
-        repro.checks.append(Check("native engine", False,
-                                  f"failed: {type(exc).__name__}: {exc}"))
-        native = None
-    if native is not None:
-        repro.checks.append(_compare("native engine vs reference interpreter", reference,
-                                     native, rtol, atol))
+    fw = framework or "the framework"
+    native_check: Check | None = None  # None: the artifact has no native code
+    native = None
+    if artifact.engine == "native":
+        try:
+            native = [np.asarray(r) for r in Executable.load(target).run(list(inputs))]
+        except Exception as exc:
+            native_check = Check("native engine", False, f"failed: {type(exc).__name__}: {exc}")
+        else:
+            native_check = _compare("native engine vs reference interpreter", reference,
+                                    native, rtol, atol)
+    else:
+        repro.checks.append(Check("native engine", True, "none: the artifact runs on the "
+                                  "reference interpreter (it has no native code)"))
+    if native_check is not None:
+        repro.checks.append(native_check)
+    framework_check: Check | None = None
     if expected_framework is not None:
-        repro.checks.append(_compare(f"reference interpreter vs {framework or 'framework'}",
-                                     expected_framework, reference, rtol, atol))
+        framework_check = _compare(f"reference interpreter vs {fw}", expected_framework,
+                                   reference, rtol, atol)
+        repro.checks.append(framework_check)
         if native is not None:
-            repro.checks.append(_compare(f"native engine vs {framework or 'framework'}",
-                                         expected_framework, native, rtol, atol))
-    repro.verdict = _verdict(repro, framework or "the framework")
+            repro.checks.append(_compare(f"native engine vs {fw}", expected_framework,
+                                         native, rtol, atol))
+    repro.verdict = _verdict(native_check, framework_check, fw)
     (folder / "README.md").write_text(_readme(repro, artifact, bindings), encoding="utf-8")
     return repro
 
 
-def _verdict(repro: Reproducer, framework: str) -> str:
-    native_vs_ref = next((c for c in repro.checks
-                          if c.what == "native engine vs reference interpreter"), None)
-    ref_vs_fw = next((c for c in repro.checks
-                      if c.what.startswith("reference interpreter vs")), None)
-    if native_vs_ref is None:
-        return "the native engine fails on these inputs: a DISC runtime/codegen bug"
-    if not native_vs_ref.same:
+def _verdict(native: Check | None, framework: Check | None, fw: str) -> str:
+    """Whose bug it is, from the native-vs-interpreter check (None: no native code) and
+    the interpreter-vs-framework check (None: the framework's outputs were not recorded)."""
+    if native is not None and " vs " not in native.what:
+        return "the native engine fails on these inputs: a DISC runtime or codegen bug"
+    if native is not None and not native.same:
         return ("the native engine disagrees with the reference interpreter on the same core "
                 "graph: a bug in DISC's native code generation")
-    if ref_vs_fw is not None and not ref_vs_fw.same:
-        return (f"the native engine agrees with the interpreter, but the cluster's core graph "
-                f"computes other values than {framework}: a converter (lowering) bug in the "
-                "bridge")
-    if ref_vs_fw is not None:
-        return (f"on these inputs the cluster matches {framework}: the difference shows on "
-                "other calls (other shapes or values) or through its interplay with other "
-                "clusters")
-    return (f"the native engine agrees with the interpreter on synthetic inputs; {framework}'s "
+    agree = "the native engine agrees with the interpreter, but " if native else ""
+    if framework is not None and not framework.same:
+        return (f"{agree}the cluster's core graph computes other values than {fw}: a "
+                "converter (lowering) bug in the bridge")
+    if framework is not None:
+        return (f"on these inputs the cluster matches {fw}: the difference shows on other "
+                "calls (other shapes or values) or through its interplay with other clusters")
+    if native is None:
+        return (f"the cluster has no native code and {fw}'s outputs were not recorded: "
+                "nothing to compare on these inputs; a converter (lowering) bug is likely")
+    return (f"the native engine agrees with the interpreter on synthetic inputs; {fw}'s "
             "own outputs were not recorded, so a converter (lowering) bug is likely but "
             "unconfirmed")
 
