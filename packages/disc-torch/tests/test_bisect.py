@@ -73,6 +73,7 @@ def test_bisect_finds_the_cluster_with_the_wrong_lowering(tmp_path):
     assert "disc bisect: 1 culprit set(s) found" in out
     assert "aten.tanh.default" in out and "(torch), cluster 2:" in out
     assert "(inputs recorded: the cluster's real inputs on its first call)" in out
+    assert "      inputs: float32 (3, 5), float32 (3, 5)\n" in out  # the first call's batch
     assert "native engine vs reference interpreter: agree" in out
     assert "reference interpreter vs torch: output #0: " in out
     assert "a converter (lowering) bug in the bridge" in out

@@ -97,6 +97,7 @@ def test_finds_the_wrong_cluster_and_writes_a_reproducer_disc_run_runs(program):
     assert "graph 'fake_graph' (fake), cluster 2: 1 ops: fake.tanh" in out
     assert "input #0 x: float32 ['N']" in out
     assert "(inputs recorded: the cluster's real inputs on its first call)" in out
+    assert "      inputs: float32 (7,)\n" in out
     assert "native engine vs reference interpreter: agree" in out
     assert "reference interpreter vs fake: output #0: " in out
     assert "a converter (lowering) bug" in out

@@ -70,7 +70,7 @@ def test_a_native_engine_that_fails_says_so(tmp_path, monkeypatch):
 def test_synthetic_inputs_follow_the_signature(tmp_path):
     repro = write(tmp_path, None)
     assert repro.inputs_kind == "synthetic"
-    assert np.load(repro.input_files[0]).shape == (4,)
+    assert np.load(repro.input_files[0]).shape == (4,) and repro.shapes == ["float32 (4,)"]
     assert [c.what for c in repro.checks] == ["native engine vs reference interpreter"]
     assert "unconfirmed" in repro.verdict
     assert "Inputs: synthetic" in (repro.folder / "README.md").read_text()

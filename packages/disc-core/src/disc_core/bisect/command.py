@@ -208,6 +208,7 @@ class _Bisection:
                     "synthetic: random arrays matching the signature; this bridge runs "
                     "clusters in a C++ launch op, which does not hand its inputs back")
             self.say(f"    reproducer: {repro.folder} (inputs {kind})")
+            self.say(f"      inputs: {', '.join(repro.shapes)}")
             self.say(f"      {repro.command}")
             for check in repro.checks:
                 self.say(f"      {check.what}: {check.detail}")

@@ -56,6 +56,8 @@ class Reproducer:
     input_files: list[Path]
     checks: list[Check] = field(default_factory=list)
     verdict: str = ""
+    #: "float32 (3, 5)" per input: the shapes the reproducer runs at
+    shapes: list[str] = field(default_factory=list)
 
     @property
     def command(self) -> str:
@@ -173,7 +175,8 @@ def write_reproducer(folder: Path, key: str, artifact_dir: Path, *,
     for i, array in enumerate(inputs):
         files.append(folder / "inputs" / f"input_{i}.npy")
         np.save(files[-1], array, allow_pickle=False)
-    repro = Reproducer(folder, key, kind, files)
+    repro = Reproducer(folder, key, kind, files,
+                       shapes=[f"{np.asarray(a).dtype} {tuple(np.shape(a))}" for a in inputs])
     reference = [np.asarray(r) for r in interpret(list(inputs))]
     for i, array in enumerate(reference):
         np.save(folder / "expected" / f"reference_{i}.npy", array, allow_pickle=False)
