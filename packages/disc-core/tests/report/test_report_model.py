@@ -23,6 +23,8 @@ from disc_core.report import (
     RunInfo,
     SchemaVersionError,
     Status,
+    render_html,
+    render_markdown,
 )
 from disc_core.report.render_text import render_text, summary_line
 from disc_core.report.summary import format_pct, plural
@@ -52,6 +54,8 @@ def test_a_cluster_the_selection_leaves_out_is_excluded_by_user_and_keeps_its_ke
     assert (s.failed_clusters, s.excluded_clusters) == (0, 1)  # left out, not failed
     text = render_text(report)
     assert "(+1 left out)" in text and "1 left out by the user (run by the framework)" in text
+    assert f"| `{'ab' * 6}` |" in render_markdown(report)  # a usable prefix of the key
+    assert f'<td title="{"ab" * 32}"><code>{"ab" * 6}</code></td>' in render_html(report)
 
 
 @pytest.mark.parametrize(
