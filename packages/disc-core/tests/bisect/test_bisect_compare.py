@@ -36,6 +36,9 @@ def test_nan_matches_nan_only():
     assert not cmp(ref, {"x": np.array([0.0, 1.0])}).same
     assert not cmp({"x": np.array([0.0, 1.0])}, ref).same
     assert not cmp({"x": np.array([np.inf])}, {"x": np.array([-np.inf])}).same
+    result = cmp({"x": np.array([1.0, 2.0, 3.0])}, {"x": np.array([np.nan, 2.5, 3.0])})
+    assert result.differences == [
+        "x: 2 of 3 values differ (max |diff| 0.5, 1 at NaN/inf; at (0,): nan vs reference 1)"]
 
 
 def test_shape_names_and_kinds_count_as_differences():

@@ -62,8 +62,7 @@ def compare_arrays(name: str, want: np.ndarray, got: np.ndarray, rtol: float, at
     else:
         a, b = want.astype(np.float64), got.astype(np.float64)
     close = np.isclose(b, a, rtol=rtol, atol=atol, equal_nan=True)
-    finite = np.isfinite(a) & np.isfinite(b)
-    diff = np.abs(b - a)[finite]
+    diff = np.abs(b - a)[np.isfinite(a) & np.isfinite(b)]
     max_abs = float(diff.max()) if diff.size else 0.0
     if bool(close.all()):
         return None, max_abs
@@ -71,7 +70,9 @@ def compare_arrays(name: str, want: np.ndarray, got: np.ndarray, rtol: float, at
     where = np.unravel_index(int(np.argmin(close.reshape(-1))), close.shape) if close.ndim \
         else ()
     at = tuple(int(i) for i in where)
-    return (f"{name}: {bad} of {close.size} values differ (max |diff| {max_abs:.3g}; at "
+    odd = int(np.count_nonzero(~close & ~(np.isfinite(a) & np.isfinite(b))))
+    worst = f"max |diff| {max_abs:.3g}" + (f", {odd} at NaN/inf" if odd else "")
+    return (f"{name}: {bad} of {close.size} values differ ({worst}; at "
             f"{at}: {b[where]:.6g} vs {baseline} {a[where]:.6g})"), max_abs
 
 
