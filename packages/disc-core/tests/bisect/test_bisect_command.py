@@ -45,6 +45,8 @@ compiler = Compiler()
 for cid, name in enumerate(names):
     exe = compiler.compile(parse_graph(TEXT.format(op=WRONG.get(name, name))))
     if selection.admit(recorder, cid, exe.artifact.key):
+        if os.environ.get("FAKE_CRASH") == name:  # DISC breaking the program
+            raise SystemExit(f"{name} crashed")
         recorder.cluster_compiled(cid, engine=exe.artifact.engine)
         selection.dump_inputs(exe.artifact.key, [x], lambda: [FRAMEWORK[name](x)])
         results[name] = exe.run([x])[0]
@@ -134,6 +136,21 @@ def test_clusters_with_one_core_graph_share_a_key_and_a_verdict(program):
     assert core_ops(key) == "sin"
     assert "cluster 0: 1 ops: fake.exp" in done.stdout
     assert "cluster 2: 1 ops: fake.tanh" in done.stdout
+
+
+def test_a_cluster_that_breaks_the_program_is_found_like_a_wrong_one(program):
+    done = bisect(program, FAKE_CRASH="neg")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the program stops at the broken cluster: the clusters after it were never built
+    assert "every cluster compiled (2 cluster keys): failed (the command exited with " \
+        "status 1" in done.stdout
+    assert "neg crashed" in done.stdout
+    assert "culprit 1: 1 cluster key(s) whose compilation makes the program fail" in \
+        done.stdout
+    assert "(inputs synthetic: random arrays matching the signature, none were recorded)" \
+        in done.stdout
+    [[key]] = culprit_keys(done.stdout)
+    assert core_ops(key) == "neg" and "cluster 1: 1 ops: fake.neg" in done.stdout
 
 
 def test_nothing_to_bisect_when_every_cluster_is_right(program):

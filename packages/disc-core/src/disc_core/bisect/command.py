@@ -23,7 +23,7 @@ from typing import NoReturn, TextIO
 
 from .clusters import ClusterInfo, clusters_by_key
 from .compare import Comparison, compare_outputs
-from .runs import ProgramRunner, RunError, RunResult
+from .runs import ProgramRunner, RunError, RunResult, read_reports
 from .search import Oracle, find_culprits
 
 __all__ = ["BisectError", "main"]
@@ -95,6 +95,8 @@ class _Bisection:
         self.workdir = workdir
         self.out = out
         self.reference: RunResult | None = None
+        #: the key sets whose run failed (rather than computing other results)
+        self.failed: set[frozenset[str]] = set()
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -120,12 +122,19 @@ class _Bisection:
                               f"cluster compiled ({again.describe(1)}): seed it "
                               "(torch.manual_seed, tf.random.set_seed, paddle.seed) or "
                               "widen --rtol/--atol")
-        full = self.must_run("the run with every cluster compiled", None)
-        clusters = clusters_by_key(full.report)
-        verdict = self.compare(full)
-        self.say(f"{PROG}: every cluster compiled ({len(clusters)} cluster keys): "
-                 f"{verdict.describe()}")
-        if verdict.same:
+        try:
+            full = self.runner.run(None)
+        except RunError as exc:  # DISC broke the program: that is bisected like a mismatch
+            if exc.folder is None:
+                raise BisectError(f"the run with every cluster compiled: {exc}") from None
+            clusters = clusters_by_key(read_reports(exc.folder))
+            outcome, same = f"failed ({' '.join(str(exc).split())})", False
+        else:
+            clusters = clusters_by_key(full.report)
+            verdict = self.compare(full)
+            outcome, same = verdict.describe(), verdict.same
+        self.say(f"{PROG}: every cluster compiled ({len(clusters)} cluster keys): {outcome}")
+        if same:
             self.say(f"{PROG}: the results agree within rtol {self.args.rtol:g}, atol "
                      f"{self.args.atol:g}: nothing to bisect")
             return 0
@@ -135,7 +144,8 @@ class _Bisection:
                      "difference does not come from a compiled cluster DISC can name")
             return 0
         keys = list(clusters)
-        self.say(f"{PROG}: searching {len(keys)} cluster keys")
+        self.say(f"{PROG}: searching {len(keys)} cluster keys (a run that fails counts as "
+                 "different)")
         result = find_culprits(keys, self._oracle(len(keys)),
                                max_culprits=self.args.max_culprits,
                                known={frozenset(keys): True})
@@ -160,6 +170,7 @@ class _Bisection:
                 verdict = self.compare(self.runner.run(sorted(allowed)))
             except RunError as exc:  # a crash with clusters compiled is DISC's failure too
                 self.say(f"{label} failed ({' '.join(str(exc).split())})")
+                self.failed.add(allowed)
                 return True
             self.say(f"{label} {verdict.describe(1)}")
             return not verdict.same
@@ -171,13 +182,17 @@ class _Bisection:
 
         from .repro import recorded_inputs, write_reproducer
 
-        self.say(f"culprit {n}: {len(culprit)} cluster key(s) whose compilation "
-                 "changes the results" + (" only together" if len(culprit) > 1 else ""))
+        effect = ("makes the program fail" if frozenset(culprit) in self.failed
+                  else "changes the results")
+        self.say(f"culprit {n}: {len(culprit)} cluster key(s) whose compilation {effect}"
+                 + (" only together" if len(culprit) > 1 else ""))
         dump = self.workdir / f"dump-{n}"
+        recording_failed = False
         try:
             self.runner.run(culprit, dump=dump)
         except RunError as exc:
-            self.say(f"  (recording the inputs failed: {' '.join(str(exc).split())})")
+            recording_failed = True
+            self.say(f"  (the run recording the inputs failed: {' '.join(str(exc).split())})")
         cache = CompileCache()
         for key in culprit:
             info = clusters[key]
@@ -203,10 +218,13 @@ class _Bisection:
             except Exception as exc:  # the search's result stands without a reproducer
                 self.say(f"    no reproducer: {type(exc).__name__}: {exc}")
                 continue
-            kind = ("recorded: the cluster's real inputs on its first call"
-                    if repro.inputs_kind == "recorded" else
-                    "synthetic: random arrays matching the signature; this bridge runs "
-                    "clusters in a C++ launch op, which does not hand its inputs back")
+            if repro.inputs_kind == "recorded":
+                kind = "recorded: the cluster's real inputs on its first call"
+            elif recording_failed:
+                kind = "synthetic: random arrays matching the signature, none were recorded"
+            else:
+                kind = ("synthetic: random arrays matching the signature; this bridge runs "
+                        "clusters in a C++ launch op, which does not hand its inputs back")
             self.say(f"    reproducer: {repro.folder} (inputs {kind})")
             self.say(f"      inputs: {', '.join(repro.shapes)}")
             self.say(f"      {repro.command}")

@@ -23,14 +23,19 @@ import numpy as np
 from ..report import Report, ReportFormatError, load
 from .compare import load_outputs
 
-__all__ = ["ProgramRunner", "RunError", "RunResult"]
+__all__ = ["ProgramRunner", "RunError", "RunResult", "read_reports"]
 
 #: the variables a run sets (or clears) in the program's environment
 CONTROLLED = ("DISC_BISECT_CLUSTERS", "DISC_BISECT_DUMP", "DISC_REPORT", "DISC_ACCURACY_CHECK")
 
 
 class RunError(Exception):
-    """The program failed or wrote no results: nothing to compare."""
+    """The program failed or wrote no results: nothing to compare. ``folder`` is the
+    run's folder when it ran (its reports may still name the clusters it built)."""
+
+    def __init__(self, message: str, folder: Path | None = None) -> None:
+        super().__init__(message)
+        self.folder = folder
 
 
 @dataclass
@@ -88,18 +93,20 @@ class ProgramRunner:
         if done.returncode != 0:
             tail = (done.stdout or b"").decode(errors="replace").strip().splitlines()[-5:]
             raise RunError(f"the command exited with status {done.returncode} (log: "
-                           f"{folder / 'output.log'})" + "".join(f"\n    {t}" for t in tail))
+                           f"{folder / 'output.log'})" + "".join(f"\n    {t}" for t in tail),
+                           folder)
         if not self.output.is_file():
             raise RunError(f"the command did not write {self.output} (it must save its "
-                           "results there with numpy.savez every run)")
+                           "results there with numpy.savez every run)", folder)
         try:
             outputs = load_outputs(self.output)
         except Exception as exc:
-            raise RunError(f"{self.output}: not a numpy .npz/.npy file ({exc})") from None
-        return RunResult(outputs, _reports(folder), seconds, folder)
+            raise RunError(f"{self.output}: not a numpy .npz/.npy file ({exc})",
+                           folder) from None
+        return RunResult(outputs, read_reports(folder), seconds, folder)
 
 
-def _reports(folder: Path) -> Report:
+def read_reports(folder: Path) -> Report:
     """The reports the run's processes wrote, merged (none: an empty report)."""
     reports = []
     for path in sorted(folder.glob("report-*.json")):
