@@ -68,3 +68,4 @@ def test_load_outputs_reads_npz_and_npy(tmp_path):
     assert sorted(loaded) == ["logits", "loss"] and loaded["logits"].tolist() == [0, 1, 2]
     np.save(tmp_path / "r.npy", np.arange(2))
     assert load_outputs(tmp_path / "r.npy")["array"].tolist() == [0, 1]
+

@@ -8,11 +8,15 @@ allowed or excluded together, so a key is the unit the search works on.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ..report import Report
 
 __all__ = ["ClusterInfo", "Site", "clusters_by_key"]
+
+#: clusters with at most this many ops list them in order; larger ones by type and count
+LIST_OPS = 8
 
 
 @dataclass
@@ -25,8 +29,13 @@ class Site:
     ops: list[str]
 
     def describe(self) -> str:
+        """One line; a large cluster's ops as types with counts, most frequent first."""
+        if len(self.ops) <= LIST_OPS:
+            ops = ", ".join(self.ops)
+        else:
+            ops = ", ".join(f"{op} x{n}" for op, n in Counter(self.ops).most_common())
         return (f"graph {self.graph!r} ({self.framework or 'no framework'}), cluster "
-                f"{self.cluster}: {len(self.ops)} ops: {', '.join(self.ops)}")
+                f"{self.cluster}: {len(self.ops)} ops: {ops}")
 
 
 @dataclass
