@@ -47,7 +47,9 @@ def test_core_table_is_what_the_compiler_reads(monkeypatch) -> None:
     from disc_core.options import CORE_OPTIONS
 
     assert CORE_OPTIONS.env_vars() == {"cc": "DISC_CC", "compile_units": "DISC_COMPILE_UNITS",
-                                       "report": "DISC_REPORT"}
+                                       "report": "DISC_REPORT",
+                                       "bisect_clusters": "DISC_BISECT_CLUSTERS",
+                                       "bisect_dump": "DISC_BISECT_DUMP"}
     monkeypatch.setenv("DISC_COMPILE_UNITS", "3")
     assert native_build.compile_units() == 3
     monkeypatch.setenv("DISC_COMPILE_UNITS", "many")

@@ -6,6 +6,8 @@
     disc compile FILE [--stop-after STAGE] [--out DIR] compile a graph's text form, printing
                                                        one stage's output
     disc run ARTIFACT ...                              same as disc-run
+    disc bisect --output FILE.npz -- CMD ...           find the compiled cluster that
+                                                       changes CMD's results (docs/bisect.md)
     disc --version                                     DISC packages and frameworks seen
 
 Expected failures (missing file, not a report, wrong schema version, unwritable output)
@@ -50,7 +52,9 @@ def _add_render_options(p: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="DISC: coverage reports, compile cache, artifacts.",
                 epilog=f"{PROG} compile FILE [--stop-after STAGE]: compile a graph's text form "
-                f"and print one stage's output (see {PROG} compile --help)")
+                f"and print one stage's output (see {PROG} compile --help); "
+                f"{PROG} bisect --output FILE.npz -- CMD ...: find the compiled cluster that "
+                f"changes CMD's results (see {PROG} bisect --help)")
     p.add_argument("--version", action="store_true",
                    help="list installed DISC packages and the framework versions they see")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -274,6 +278,14 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         _report(argv[1:])
         return 0
+    if argv[:1] == ["bisect"]:
+        from .bisect.command import BisectError
+        from .bisect.command import main as bisect_main
+
+        try:
+            return bisect_main(argv[1:])
+        except BisectError as exc:
+            raise UserError(str(exc)) from None
     if argv[:1] == ["compile"]:
         _compile(_compile_parser().parse_args(argv[1:]))
         return 0

@@ -61,6 +61,17 @@ CORE_OPTIONS = OptionTable("disc-core", (
            "Write the coverage report of every bridge in this process as JSON to this path "
            "at exit (`{pid}` expands to the process id). A bridge's `report_path` option "
            "sets the same.", env_only=True),
+    Option("bisect_clusters", "DISC_BISECT_CLUSTERS", None,
+           "A file listing the compile-cache keys (one per line, `#` comments) of the only "
+           "clusters every bridge may run compiled; any other cluster stays in the "
+           "framework, reported as `excluded_by_user`. An empty file excludes every "
+           "cluster. `disc bisect` sets it (docs/bisect.md); unset: no cluster is left out.",
+           env_only=True),
+    Option("bisect_dump", "DISC_BISECT_DUMP", None,
+           "A directory: on its first call, every allowed cluster whose bridge runs it from "
+           "Python (disc-torch) saves its inputs (`<key>/input_<i>.npy`) and the "
+           "framework's outputs (`<key>/framework_<i>.npy`) there, for a standalone "
+           "reproducer (`disc bisect` sets it).", env_only=True),
 ), doc="Read by the compiler whatever bridge is used.")
 
 #: The option fields the bridges share: each bridge's config table takes the ones it offers

@@ -23,13 +23,39 @@ from disc_core.report import (
     RunInfo,
     SchemaVersionError,
     Status,
+    render_html,
+    render_markdown,
 )
-from disc_core.report.render_text import summary_line
+from disc_core.report.render_text import render_text, summary_line
 from disc_core.report.summary import format_pct, plural
 
 DOCS = Path(__file__).resolve().parents[4] / "docs" / "report-schema.md"
 
 # ------------------------------------------------------------------ round trip
+
+
+def test_a_cluster_the_selection_leaves_out_is_excluded_by_user_and_keeps_its_key():
+    """DISC_BISECT_CLUSTERS: a built cluster (its key known) that runs in the framework."""
+    report = samples.tf_report()
+    graph = report.graphs[0]
+    graph.clusters[1].key = "ab" * 32
+    graph.mark_cluster_failed(1, ReasonCode.EXCLUDED_BY_USER, "not listed")
+    report.validate()
+    back = Report.from_json(report.to_json())
+    assert back == report and back.graphs[0].clusters[1].key == "ab" * 32
+    assert back.graphs[0].clusters[0].key is None and "key" not in \
+        report.to_dict()["graphs"][0]["clusters"][0]
+    members = set(graph.clusters[1].nodes)
+    assert {(n.status, n.reason) for n in graph.nodes if n.name in members} == {
+        (Status.FALLBACK, ReasonCode.EXCLUDED_BY_USER)}
+    assert graph.clusters[1].engine is Engine.FRAMEWORK
+    s = report.summary()
+    assert s.reasons[ReasonCode.EXCLUDED_BY_USER] >= len(members)
+    assert (s.failed_clusters, s.excluded_clusters) == (0, 1)  # left out, not failed
+    text = render_text(report)
+    assert "(+1 left out)" in text and "1 left out by the user (run by the framework)" in text
+    assert f"| `{'ab' * 6}` |" in render_markdown(report)  # a usable prefix of the key
+    assert f'<td title="{"ab" * 32}"><code>{"ab" * 6}</code></td>' in render_html(report)
 
 
 @pytest.mark.parametrize(
@@ -340,7 +366,8 @@ def test_failed_cluster_falls_back_with_its_reason():
     assert (s.clusters, s.failed_clusters, s.compiled) == (1, 1, 5)
     assert s.reasons[ReasonCode.COMPILE_ERROR] == 2
     assert Report.from_json(report.to_json()) == report
-    with pytest.raises(ValueError, match="accuracy_mismatch, compile_error, runtime_error"):
+    with pytest.raises(ValueError, match="accuracy_mismatch, compile_error, "
+                       "excluded_by_user, runtime_error, not"):
         graph.mark_cluster_failed(0, ReasonCode.NO_CONVERTER, "x")
     with pytest.raises(KeyError, match="no cluster 7"):
         graph.mark_cluster_failed(7, ReasonCode.RUNTIME_ERROR, "x")

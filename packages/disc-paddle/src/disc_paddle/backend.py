@@ -32,12 +32,7 @@ from typing import Any
 
 from disc_core.bridge import fallback
 from disc_core.bridge.accuracy import failure_reason
-from disc_core.bridge.attempts import (
-    compile_clusters,
-    compile_lowered,
-    record_attempts,
-    split_clustering,
-)
+from disc_core.bridge.attempts import compile_clusters, record_attempts, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.report import ReasonCode, get_collector, graph_report
@@ -233,22 +228,13 @@ def _rewrite(program: Any, role: str, state: FunctionState) -> None:
                 blocker = f"the disc_launch Paddle operators are unavailable: {exc}"
     if clustering.clusters and blocker is None:
         compiler = COMPILERS.get("native" if config.target == "auto" else config.target)
-
-        def compile(low: Any) -> tuple[Any, str, float]:
-            # Paddle's custom ops have a fixed output count (disc_launch_1..MAX_OUTPUTS): a
-            # cluster with more outputs is refused here, before any C compiler runs, so
-            # the kit halves it and compiles the halves
-            n = len(low.graph.outputs)
-            if n > MAX_OUTPUTS:
-                raise RuntimeError(f"{n} outputs; a disc_launch op has at most "
-                                   f"{MAX_OUTPUTS}")
-            return compile_lowered(compiler, low.graph, True)
-
         attempts = compile_clusters(
             [list(c.nodes) for c in clustering.clusters],
             lambda members: lower_cluster(analysis, members, "disc_cluster"),
             compiler, need_native=True, min_size=config.min_cluster_size,
-            compile=compile, thread_prefix="disc-paddle-build")
+            thread_prefix="disc-paddle-build",
+            # disc_launch_1..MAX_OUTPUTS: a cluster with more outputs is halved
+            max_outputs=MAX_OUTPUTS)
         clustering = split_clustering(clustering, attempts)
     report = graph_report(name, analysis.nodes, clustering, op_type=lambda n: n.name,
                           support=analysis.verdicts,

@@ -26,11 +26,10 @@ from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core.bridge import fallback
 from disc_core.bridge.accuracy import failure_reason
-from disc_core.bridge.attempts import Attempt, compile_clusters, engine_of, split_clustering
+from disc_core.bridge.attempts import Attempt, compile_clusters, record_outcome, split_clustering
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.compiler import Compiler
-from disc_core.native import fusion_count, launch_counts
 from disc_core.report import ReasonCode, configure, get_collector, graph_report
 
 from .config import DiscConfig
@@ -512,21 +511,9 @@ class DiscFunction:
         """Report each attempt (the clustering already lists them) and make launches."""
         launches: list[Launch] = []
         for cid, a in enumerate(attempts):
-            what = f"a cluster of {len(a.members)} ops"
-            if a.error is not None:
-                if a.quiet:
-                    recorder.cluster_failed(cid, ReasonCode.COMPILE_ERROR, a.error)
-                else:
-                    _fail(recorder, cid, what, ReasonCode.COMPILE_ERROR, a.error)
+            if not record_outcome(recorder, cid, a, NOTICE):  # failed, or excluded
                 continue
             low = a.lowered
-            native_meta = a.exe.artifact.metadata.get("native") or {}
-            counts = launch_counts(native_meta)  # generated kernels and GEMM calls, apart
-            kernels, library_calls = counts if counts else (None, None)
-            recorder.cluster_compiled(
-                cid, seconds=a.seconds, cache_hit=a.source != "miss",
-                kernels=kernels, library_calls=library_calls,
-                fusions=fusion_count(native_meta), engine=engine_of(a.exe, NOTICE))
             member_set = set(a.members)
             fed = {t.name for t in low.inputs}
             extra: list[tf.Tensor] = []

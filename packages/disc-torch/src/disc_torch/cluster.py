@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from disc_core.bridge import selection
 from disc_core.bridge.accuracy import AccuracyPolicy, compare_outputs
 from disc_core.bridge.attempts import engine_of
 from disc_core.dtypes import DType
@@ -92,6 +93,7 @@ class ClusterModule(torch.nn.Module):
         self._lowered: LoweredCluster | None = None
         self._source_text: tuple[str, list] | None = None
         self._profile = profile
+        self._dump_key: str | None = None
         #: argument position -> (parameter, data_ptr, shape, its numpy view) from last call
         self._param_views: dict[int, tuple[torch.Tensor, int, torch.Size, np.ndarray]] = {}
 
@@ -118,7 +120,11 @@ class ClusterModule(torch.nn.Module):
 
     def built(self, executable: Any, source: str, seconds: float, target: str) -> bool:
         """Record a finished build (or compile-cache load) of this cluster in the report;
-        False, with the cluster failed, when it has no native code on a native target."""
+        False, with the cluster failed, when it has no native code on a native target, or
+        left out when ``DISC_BISECT_CLUSTERS`` does not list its key."""
+        if not selection.admit(self._recorder, self.cluster_id, executable.artifact.key):
+            self._exe = None
+            return False
         native = executable.artifact.metadata.get("native")
         if native is None and target != "reference":
             self.fail(ReasonCode.COMPILE_ERROR, "no native code: " + str(
@@ -145,6 +151,8 @@ class ClusterModule(torch.nn.Module):
         self._raw_sources = list(symbol_sources)
         self._sources = [(name, _prepare(src)) for name, src in symbol_sources]
         self._exe = executable
+        #: its key while its first call's inputs are still to be saved (DISC_BISECT_DUMP)
+        self._dump_key = executable.artifact.key if selection.dump_dir() else None
         if self._profile and executable.can_profile:
             executable.start_profiling()
             _profiled.add(self)
@@ -243,6 +251,8 @@ class ClusterModule(torch.nn.Module):
         arrays = self._inputs(args)
         for _name, source in self._sources:
             arrays.append(np.empty((_symbol_value(source, args, self.n_own), 0), np.uint8))
+        if self._dump_key is not None:
+            self._dump(arrays, args)
         allocated: dict[int, torch.Tensor] = {}
 
         def allocate(index: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -253,6 +263,17 @@ class ClusterModule(torch.nn.Module):
         results = self._exe.run(arrays, allocate_output=allocate)
         return [allocated[i] if i in allocated else torch.from_numpy(np.asarray(r))
                 for i, r in enumerate(results)]
+
+    def _dump(self, arrays: list[np.ndarray], args: tuple[Any, ...]) -> None:
+        """Save this first call's inputs and eager torch's outputs for a reproducer."""
+        key, self._dump_key = self._dump_key, None
+
+        def eager() -> list[np.ndarray]:
+            with torch.no_grad():
+                out = self.fallback(*args[:self.n_own])
+            return [_as_numpy(t) for t in ([out] if self._single else out)]
+
+        selection.dump_inputs(key, arrays, eager)
 
     def _compare(self, outs: list[torch.Tensor], expected: list[Any]) -> str | None:
         """The accuracy guard's verdict on one call (None: the outputs match eager's)."""

@@ -42,6 +42,8 @@ from torch._dynamo.precompile_context import PrecompileContext
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
 from torch._inductor.output_code import OutputCode
 
+from disc_core.bridge import selection
+
 from ._version_check import BRIDGE_VERSION
 from .compilers import get_compiler
 from .fallback import warn_once
@@ -211,11 +213,17 @@ class GraphPackage:
         """Write the package when this process added graphs to it. A graph whose backend
         artifact torch did not keep (its reason is in torch's logs) leaves the package
         unwritten: a partial package would trace again anyway. Never raises: the user's
-        call has already run. Cheap when nothing was added (every call asks)."""
+        call has already run. Cheap when nothing was added (every call asks).
+
+        Nor under a cluster selection (``DISC_BISECT_CLUSTERS``): its clusters left out
+        would be kept as failed, and every later process, whatever it selects, would run
+        them eagerly."""
         seen = len(self.package.cached_backends)
         if seen == self._backends_seen:
             return
         self._backends_seen = seen
+        if selection.allowed_keys() is not None:
+            return
         try:
             self._save()
         except Exception as exc:

@@ -25,6 +25,9 @@ functions and its execution glue; everything else a bridge needs is here, once:
   ``LaunchLibrary`` over the bookkeeping entry points of ``disc_launch_support.h``.
 * :mod:`.attempts`: lowering and compiling a graph's clusters (in parallel, a cluster the
   native engine refuses halved and retried) and recording each outcome in the report.
+* :mod:`.selection`: which built clusters may run compiled (``DISC_BISECT_CLUSTERS``, by
+  compile-cache key) and the input dump of ``DISC_BISECT_DUMP``: what ``disc bisect``
+  drives every bridge with.
 * :mod:`.compilers`: the per-bridge registry of process-wide compilers and their
   compile counts.
 * :mod:`.fallback`: the fallback warning (``warn_once``) and the bookkeeping of a cluster
@@ -53,7 +56,9 @@ _EXPORTS = {
     "as_object_array": "known", "known_array": "known", "normalize": "known",
     "symbols_of": "known",
     "Attempt": "attempts", "compile_clusters": "attempts", "compile_lowered": "attempts",
-    "record_attempts": "attempts", "split_clustering": "attempts",
+    "record_attempts": "attempts", "record_outcome": "attempts",
+    "split_clustering": "attempts",
+    "admit": "selection", "allows": "selection", "dump_inputs": "selection",
 }
 
 __all__ = sorted(_EXPORTS)

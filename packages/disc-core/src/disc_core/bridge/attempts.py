@@ -22,10 +22,11 @@ from typing import Any
 
 from ..native import fusion_count, launch_counts
 from ..report.model import ReasonCode
+from . import selection
 from .fallback import FallbackNotice
 
 __all__ = ["Attempt", "compile_clusters", "compile_lowered", "engine_of", "record_attempts",
-           "split_clustering"]
+           "record_outcome", "split_clustering"]
 
 #: how many times a cluster that fails to compile natively may be halved
 MAX_SPLITS = 4
@@ -43,10 +44,17 @@ class Attempt:
     seconds: float = 0.0
     error: str | None = None
     quiet: bool = False  # a failure not worth a warning (nothing to compute)
+    excluded: bool = False  # built, but its key is not allowed (DISC_BISECT_CLUSTERS)
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.exe is not None
+
+    @property
+    def key(self) -> str | None:
+        """The compile-cache key of the built artifact (the cluster's identity across
+        processes), or None when nothing was built."""
+        return self.exe.artifact.key if self.exe is not None else None
 
 
 def compile_lowered(compiler: Any, graph: Any, need_native: bool) -> tuple[Any, str, float]:
@@ -76,15 +84,23 @@ def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[An
                      compiler: Any, *, need_native: bool, min_size: int,
                      max_splits: int = MAX_SPLITS,
                      compile: Callable[[Any], tuple[Any, str, float]] | None = None,
-                     thread_prefix: str = "disc-build") -> list[Attempt]:
+                     thread_prefix: str = "disc-build",
+                     max_outputs: int | None = None) -> list[Attempt]:
     """Lower (``lower(members)``, on this thread) and compile every cluster; see the module
     docstring. The result lists one attempt per cluster or piece, in order. ``compile``
     (default :func:`compile_lowered` of the lowered graph with ``compiler``) makes the
     (executable, cache source, seconds) of one lowered cluster; the build threads are
-    named ``thread_prefix`` (a bridge's own, to tell them apart in a profile)."""
-    if compile is None:
-        def compile(low: Any) -> tuple[Any, str, float]:
-            return compile_lowered(compiler, low.graph, need_native)
+    named ``thread_prefix`` (a bridge's own, to tell them apart in a profile).
+    ``max_outputs``: the most results a bridge's launch op can return (Paddle's custom ops
+    have a fixed count); a cluster with more is refused before any C compiler runs, so it
+    is halved like one the native engine refuses."""
+    make = compile or (lambda low: compile_lowered(compiler, low.graph, need_native))
+
+    def compile(low: Any) -> tuple[Any, str, float]:
+        n = len(low.graph.outputs)
+        if max_outputs is not None and n > max_outputs:
+            raise RuntimeError(f"{n} outputs; the launch op returns at most {max_outputs}")
+        return make(low)
 
     def lowered(members: list[Any]) -> Attempt:
         a = Attempt(members)
@@ -134,30 +150,45 @@ def compile_clusters(clusters: Sequence[Sequence[Any]], lower: Callable[[list[An
         failures = {id(a): compiled(a) for a in todo}
     for a in first:
         settle(a, failures.get(id(a)), 0)
+    for a in attempts:
+        if a.ok and not selection.allows(a.key):
+            a.error, a.excluded = selection.EXCLUDED_DETAIL, True
     return attempts
 
 
 def record_attempts(recorder: Any, attempts: Sequence[Attempt], notice: FallbackNotice
                     ) -> None:
     """Each attempt's outcome in the report (attempt ``i`` is cluster ``i`` of the
-    recorder's graph): compiled (time, cache hit, kernels, library calls, fusions), or
-    failed with a ``compile_error`` and one warning per distinct reason."""
+    recorder's graph): see :func:`record_outcome`."""
     for cid, a in enumerate(attempts):
-        if a.error is not None or a.exe is None:
-            detail = a.error or "not compiled"
-            if a.quiet:
-                recorder.cluster_failed(cid, ReasonCode.COMPILE_ERROR, detail)
-            else:
-                notice.cluster_failed(recorder, cid, f"a cluster of {len(a.members)} ops",
-                                      ReasonCode.COMPILE_ERROR, detail, stacklevel=3)
-            continue
-        native_meta = a.exe.artifact.metadata.get("native") or {}
-        counts = launch_counts(native_meta)
-        kernels, library_calls = counts if counts else (None, None)
-        recorder.cluster_compiled(cid, seconds=a.seconds, cache_hit=a.source != "miss",
-                                  kernels=kernels, library_calls=library_calls,
-                                  fusions=fusion_count(native_meta),
-                                  engine=engine_of(a.exe, notice))
+        record_outcome(recorder, cid, a, notice)
+
+
+def record_outcome(recorder: Any, cid: int, a: Attempt, notice: FallbackNotice) -> bool:
+    """Put attempt ``a`` (cluster ``cid``) in the report: its key when built; compiled
+    (time, cache hit, kernels, library calls, fusions), excluded by the user's selection,
+    or failed with a ``compile_error`` and one warning per distinct reason. True when it
+    compiled and may run."""
+    if a.excluded:
+        selection.admit(recorder, cid, a.key)
+        return False
+    if a.error is not None or a.exe is None:
+        detail = a.error or "not compiled"
+        if a.quiet:
+            recorder.cluster_failed(cid, ReasonCode.COMPILE_ERROR, detail)
+        else:
+            notice.cluster_failed(recorder, cid, f"a cluster of {len(a.members)} ops",
+                                  ReasonCode.COMPILE_ERROR, detail, stacklevel=4)
+        return False
+    recorder.cluster_key(cid, a.key)
+    native_meta = a.exe.artifact.metadata.get("native") or {}
+    counts = launch_counts(native_meta)
+    kernels, library_calls = counts if counts else (None, None)
+    recorder.cluster_compiled(cid, seconds=a.seconds, cache_hit=a.source != "miss",
+                              kernels=kernels, library_calls=library_calls,
+                              fusions=fusion_count(native_meta),
+                              engine=engine_of(a.exe, notice))
+    return True
 
 
 def split_clustering(clustering: Any, attempts: Sequence[Attempt]) -> Any:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CLUSTER_FAILURES", "CODE_SCHEMA_VERSION", "Engine", "ReasonCode", "Status"]
+__all__ = ["CLUSTER_FAILURES", "CLUSTER_FALLBACKS", "CODE_SCHEMA_VERSION", "Engine", "ReasonCode",
+           "Status"]
 
 
 class Status(str, enum.Enum):
@@ -89,3 +90,7 @@ CODE_SCHEMA_VERSION = {ReasonCode.FRAMEWORK_OP: 2, ReasonCode.ACCURACY_MISMATCH:
 #: or the accuracy guard's comparison with the framework's own ops).
 CLUSTER_FAILURES = frozenset({ReasonCode.COMPILE_ERROR, ReasonCode.RUNTIME_ERROR,
                               ReasonCode.ACCURACY_MISMATCH})
+
+#: Reasons a clustered node may fall back with: its cluster failed, or the user left the
+#: built cluster out by its key (``DISC_BISECT_CLUSTERS``, what ``disc bisect`` sets).
+CLUSTER_FALLBACKS = CLUSTER_FAILURES | {ReasonCode.EXCLUDED_BY_USER}

@@ -89,8 +89,16 @@ class GraphRecorder:
             if library_calls is not None:
                 cluster.library_calls = library_calls
 
+    def cluster_key(self, cluster_id: int, key: str) -> None:
+        """The compile-cache key of the cluster's built artifact: its identity across
+        processes (``disc bisect`` and ``DISC_BISECT_CLUSTERS`` name clusters by it)."""
+        cluster = self._clusters[cluster_id]
+        with self._lock:
+            cluster.key = key
+
     def cluster_failed(self, cluster_id: int, reason: ReasonCode, detail: str) -> None:
-        """The cluster failed to compile or run; its nodes fall back from now on."""
+        """The cluster failed to compile or run (or the user excluded it); its nodes fall
+        back from now on."""
         with self._lock:
             self.graph.mark_cluster_failed(cluster_id, reason, detail)
 

@@ -11,7 +11,8 @@ Invariants (checked by :meth:`Report.validate`, and therefore on every load):
 * a compiled node has no reason and belongs to a cluster; a fallback node has a reason;
 * ``node.cluster`` and ``cluster.nodes`` agree, and all nodes of a cluster share one status;
   a fallback node inside a cluster fell back because that cluster failed
-  (``compile_error``, ``runtime_error`` or ``accuracy_mismatch``);
+  (``compile_error``, ``runtime_error`` or ``accuracy_mismatch``) or because the user
+  left that cluster out (``excluded_by_user``: ``DISC_BISECT_CLUSTERS``);
 * a cluster's ``engine`` agrees with its nodes: ``framework`` exactly when they fell back
   (absent: not compiled yet, or a file from before engines were recorded);
 * every graph names a run of the same report, and run ids are unique.
@@ -32,7 +33,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._fields import Fields, ReportFormatError
-from .codes import CLUSTER_FAILURES, CODE_SCHEMA_VERSION, Engine, ReasonCode, Status
+from .codes import (
+    CLUSTER_FAILURES,
+    CLUSTER_FALLBACKS,
+    CODE_SCHEMA_VERSION,
+    Engine,
+    ReasonCode,
+    Status,
+)
 
 if TYPE_CHECKING:
     from .summary import Summary
@@ -192,10 +200,14 @@ class ClusterRecord:
     #: compiled), the reference interpreter, or the framework after the cluster failed;
     #: None until it is built
     engine: Engine | None = None
+    #: The compile-cache key of the cluster's lowered core graph (the artifact's key):
+    #: the same cluster of a program has the same key in every run of it, so
+    #: ``DISC_BISECT_CLUSTERS`` and ``disc bisect`` name clusters by it; None until built
+    key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "nodes": list(self.nodes)}
-        for key in ("engine", "fusions", "kernels", "library_calls", "compile_seconds"):
+        for key in ("key", "engine", "fusions", "kernels", "library_calls", "compile_seconds"):
             _put(out, key, getattr(self, key))
         out.update(cache_hits=self.cache_hits, cache_misses=self.cache_misses, calls=self.calls)
         _put(out, "seconds", self.seconds)
@@ -219,6 +231,7 @@ class ClusterRecord:
             seconds=f.number("seconds", optional=True),
             profile=_profile(f),
             engine=f.choice("engine", Engine, optional=True),
+            key=f.text("key", optional=True),
         )
 
 
@@ -253,11 +266,12 @@ class GraphReport:
         raise KeyError(f"graph {self.name!r} has no cluster {cluster_id}")
 
     def mark_cluster_failed(self, cluster_id: int, reason: ReasonCode, detail: str) -> None:
-        """The cluster could not be compiled or run, or computed other values than the
-        framework: its nodes now fall back, with why, and the framework runs it."""
-        if reason not in CLUSTER_FAILURES:
-            raise ValueError("a cluster fails with " + ", ".join(sorted(
-                c.value for c in CLUSTER_FAILURES)) + f", not {reason}")
+        """The cluster could not be compiled or run, computed other values than the
+        framework, or the user left it out: its nodes now fall back, with why, and the
+        framework runs it."""
+        if reason not in CLUSTER_FALLBACKS:
+            raise ValueError("a cluster falls back with " + ", ".join(sorted(
+                c.value for c in CLUSTER_FALLBACKS)) + f", not {reason}")
         cluster = self.cluster(cluster_id)
         cluster.engine = Engine.FRAMEWORK
         members = set(cluster.nodes)
@@ -285,10 +299,11 @@ class GraphReport:
                     raise ReportFormatError(f"{where}.cluster: a compiled node needs its cluster")
             elif node.reason is None:
                 raise ReportFormatError(f"{where}.reason: a fallback node needs a reason code")
-            elif node.cluster is not None and node.reason not in CLUSTER_FAILURES:
+            elif node.cluster is not None and node.reason not in CLUSTER_FALLBACKS:
                 raise ReportFormatError(
                     f"{where}.reason: a clustered node falls back only with compile_error, "
-                    f"runtime_error or accuracy_mismatch, got {node.reason.value!r}"
+                    f"runtime_error, accuracy_mismatch or excluded_by_user, got "
+                    f"{node.reason.value!r}"
                 )
         members: dict[int, set[str]] = {}
         for i, cluster in enumerate(self.clusters):
@@ -469,6 +484,9 @@ class Report:
             for node in graph.nodes:
                 if node.reason is not None:
                     version = max(version, CODE_SCHEMA_VERSION.get(node.reason, 1))
+                    if node.cluster is not None and node.reason not in CLUSTER_FAILURES:
+                        # a cluster left out (disc bisect): version 1 refuses such a node
+                        version = max(version, 2)
         return version
 
     def to_dict(self) -> dict[str, Any]:

@@ -291,7 +291,8 @@ def _sections(report: Report, s: Summary) -> list[str]:
                   if n.cluster is not None}
         out.append(_table(
             ["graph", "cluster", "status", "engine", "nodes", "op types", "fusions", "kernels",
-             "library calls", "compile (s)", "cache hits", "cache misses", "calls", "time (s)"],
+             "library calls", "compile (s)", "cache hits", "cache misses", "calls", "time (s)",
+             "key"],
             [f"<td>{_e(g.name)}</td>" + _num(c.id)
              + f"<td>{_e(status.get((id(g), c.id), Status.COMPILED).value)}</td>"
              + f"<td>{_e(c.engine.label if c.engine else 'not built')}</td>"
@@ -299,7 +300,9 @@ def _sections(report: Report, s: Summary) -> list[str]:
              + _num(c.fusions) + _num(c.kernels) + _num(c.library_calls)
              + _num(c.compile_seconds, "{:.3f}")
              + _num(c.cache_hits) + _num(c.cache_misses) + _num(c.calls)
-             + _num(c.seconds, "{:.3f}") for g, c in clusters]))
+             + _num(c.seconds, "{:.3f}")
+             + (f'<td title="{_e(c.key)}"><code>{_e(c.key[:12])}</code></td>' if c.key
+                else "<td></td>") for g, c in clusters]))
     else:
         out.append('<p class="muted">No clusters.</p>')
     out += _kernel_time(report, framework)

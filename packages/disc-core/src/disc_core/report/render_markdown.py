@@ -92,12 +92,13 @@ def render_markdown(report: Report, *, top: int = 10) -> str:
         out += ["## Clusters", ""]
         out += _table(
             ["graph", "cluster", "engine", "nodes", "fusions", "kernels", "library calls",
-             "compile (s)", "cache hit/miss", "calls", "time (s)"],
+             "compile (s)", "cache hit/miss", "calls", "time (s)", "key"],
             [[md_escape(g.name), str(c.id), c.engine.label if c.engine else "not built",
               str(len(c.nodes)), _num(c.fusions), _num(c.kernels),
               _num(c.library_calls), _num(c.compile_seconds, "{:.3f}"),
               f"{c.cache_hits}/{c.cache_misses}",
-              str(c.calls), _num(c.seconds, "{:.3f}")] for g, c in clusters],
+              str(c.calls), _num(c.seconds, "{:.3f}"),
+              f"`{c.key[:12]}`" if c.key else ""] for g, c in clusters],
         )
     out += _kernel_time(report.graphs, frameworks)
     return "\n".join(out).rstrip("\n") + "\n"

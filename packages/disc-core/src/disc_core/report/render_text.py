@@ -39,6 +39,8 @@ def summary_line(summary: Summary, *, top: int = 3) -> str:
     clusters = plural(summary.clusters, "cluster")
     if summary.failed_clusters:
         clusters += f" (+{summary.failed_clusters} failed)"
+    if summary.excluded_clusters:
+        clusters += f" (+{summary.excluded_clusters} left out)"
     parts.append(clusters)
     if summary.kernels is not None:  # "9+ kernels": some clusters have no kernel count
         n = summary.kernels
@@ -112,7 +114,7 @@ def render_text(report: Report, *, top: int = 3) -> str:
             ops = [f"{f.op} x{f.count}" for f in summary.top_fallbacks if f.reason is reason]
             more = f", +{len(ops) - 5} more op types" if len(ops) > 5 else ""
             lines.append(f"  {reason.label} ({reason.value}): {count} - {', '.join(ops[:5])}{more}")
-    if summary.clusters or summary.failed_clusters:
+    if summary.clusters or summary.failed_clusters or summary.excluded_clusters:
         lines.append(f"engines: {engine_split(summary)}")
     if summary.clusters:
         cache = f"{plural(summary.cache_misses, 'miss', 'misses')}, "

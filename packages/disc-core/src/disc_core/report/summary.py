@@ -98,6 +98,9 @@ class Summary:
     library_calls: int | None = None
     #: nodes of clusters the reference interpreter runs
     interpreted: int = 0
+    #: built clusters the user's selection left in the framework (``DISC_BISECT_CLUSTERS``):
+    #: not failures, so not in ``failed_clusters``
+    excluded_clusters: int = 0
     #: nodes of clusters with no engine recorded (not built yet)
     unbuilt: int = 0
     #: live clusters by engine (``native``, ``reference``; ``None``: not built)
@@ -128,7 +131,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
     """Aggregate ``graphs``; ``runs`` defaults to the number of distinct run ids."""
     graphs = list(graphs)
     ops = compiled = clusters = failed = calls = cluster_calls = hits = misses = 0
-    interpreted = unbuilt = 0
+    interpreted = unbuilt = excluded = 0
     engines: Counter[Engine | None] = Counter()
     kernels: int | None = None
     fusions: int | None = None
@@ -146,6 +149,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
         calls += graph.calls
         fallback_s = _add(fallback_s, graph.fallback_seconds)
         status: dict[int, Status] = {}
+        why: dict[int, ReasonCode | None] = {}
         engine_of = {c.id: c.engine for c in graph.clusters}
         for node in graph.nodes:
             ops += 1
@@ -172,9 +176,13 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
                 fallbacks[node.op, node.reason] += 1
             if node.cluster is not None:
                 status[node.cluster] = node.status
+                why[node.cluster] = node.reason
         for cluster in graph.clusters:
             if status.get(cluster.id, Status.COMPILED) is Status.FALLBACK:
-                failed += 1
+                if why.get(cluster.id) is ReasonCode.EXCLUDED_BY_USER:
+                    excluded += 1
+                else:
+                    failed += 1
                 continue
             clusters += 1
             engines[cluster.engine] += 1
@@ -206,6 +214,7 @@ def summarize(graphs: Iterable[GraphReport], *, runs: int | None = None) -> Summ
         compiled=compiled,
         clusters=clusters,
         failed_clusters=failed,
+        excluded_clusters=excluded,
         kernels=kernels,
         fusions=fusions,
         kernels_partial=kernels is not None and uncounted > 0,
@@ -255,6 +264,9 @@ def engine_split(summary: Summary) -> str:
         parts.append(f"{summary.engines[None]} not built")
     if summary.failed_clusters:
         parts.append(f"{summary.failed_clusters} failed (run by the framework)")
+    if summary.excluded_clusters:
+        parts.append(f"{summary.excluded_clusters} left out by the user (run by the "
+                     "framework)")
     return ", ".join(parts)
 
 
