@@ -41,6 +41,8 @@ from .types import (
 __all__ = ["StableHLOModule", "export", "exportable"]
 
 _I64 = DType.I64
+#: argument attribute holding each dim of the argument as DISC dim text ("B", "4")
+DIMS_ATTR = "disc.dims"
 
 
 class StableHLOModule:
@@ -263,6 +265,10 @@ class _Exporter:
         with ir.InsertionPoint(module.body):
             fn = func.FuncOp(self.name, ir.FunctionType.get(in_types, out_types))
             fn.attributes["sym_visibility"] = ir.StringAttr.get("public")
+            # the symbolic dims by name, so that import_ restores them (other consumers
+            # ignore a discardable attribute)
+            fn.arg_attrs = ir.ArrayAttr.get([ir.DictAttr.get({DIMS_ATTR: ir.ArrayAttr.get(
+                [ir.StringAttr.get(str(self.e(d))) for d in v.shape])}) for v in g.inputs])
             block = fn.add_entry_block()
         with ir.InsertionPoint(block):
             for v, arg in zip(g.inputs, block.arguments):
