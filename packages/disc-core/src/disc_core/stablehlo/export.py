@@ -281,6 +281,11 @@ class _Exporter:
 
     def emit(self, op: Op) -> list[Any]:
         args = [self.env[v] for v in op.operands]
+        if op.name != "constant" and all(self._empty(r.type) for r in op.results):
+            # a statically empty result is an empty constant: StableHLO rejects some forms
+            # (a gather's size-1 slice of a size-0 batching dim) that have no elements anyway
+            return [self.const(np.zeros([self.e(d).value for d in r.shape], r.dtype.np),
+                               r.dtype) for r in op.results]
         if op.name in mapping.UNARY:
             special = getattr(self, f"_op_{op.name}", None)
             if special is not None:
@@ -311,6 +316,10 @@ class _Exporter:
             if self.static(op.operands[0].shape) else self._splat_like(0, op.operands[0])
         ne = self._cmp(x, zero, "NE", DType.U8)
         return [hlo.ConvertOp(self.rty(op), ne).result]
+
+    def _empty(self, t: TensorType) -> bool:
+        dims = [self.e(d) for d in t.shape]
+        return any(d.is_const and d.value == 0 for d in dims) and all(d.is_const for d in dims)
 
     def _splat_like(self, value: Any, v: Value) -> Any:
         c = self.const(np.asarray(value), v.dtype)
@@ -558,6 +567,75 @@ class _Exporter:
                                  results=[self.rty(op)]).result]
         return [hlo.DynamicGatherOp(args[0], args[1], self.shape_tensor(sizes), dims,
                                     results=[self.rty(op)]).result]
+
+    def _clamped_indices(self, indices: Value, arg: Any, size: Expr) -> Any:
+        """``indices`` clamped into ``[0, size - 1]``: DISC's scatters clamp (never drop an
+        update), where stablehlo.scatter skips out-of-bounds updates."""
+        dt = indices.dtype
+        hi = hlo.SubtractOp(self.dim(size), self.i64_const(1)).result
+        if dt is not _I64:
+            hi = hlo.ConvertOp(scalar_type(dt), hi).result
+        zero = self.const(np.zeros((), dt.np), dt)
+        return hlo.ClampOp(zero, arg, hi, results=[self.ty(indices.type)]).result
+
+    def _add_body(self, op: Any, dt: DType) -> None:
+        self._reduce_body(op, "sum", dt)
+
+    def _elements_operand(self, op: Op, args: list[Any], axis: int) -> Any:
+        """The operand cut to the indices' extent off ``axis`` (DISC allows indices smaller
+        there, a batching dim of stablehlo.gather needs equal sizes)."""
+        operand, indices = op.operands[0], op.operands[1]
+        if all(a == b for k, (a, b) in enumerate(zip(operand.shape, indices.shape))
+               if k != axis):
+            return args[0]
+        limit = [d if k == axis else indices.shape[k] for k, d in enumerate(operand.shape)]
+        t = TensorType(operand.dtype, tuple(limit))
+        return self._slice(args[0], [0] * operand.rank, limit, [1] * operand.rank, self.ty(t))
+
+    def _op_gather_elements(self, op: Op, args: list[Any]) -> list[Any]:
+        axis = op.attrs["axis"]
+        operand, indices = op.operands
+        r = operand.rank
+        others = [k for k in range(r) if k != axis]
+        dims = hlo.GatherDimensionNumbers.get(
+            offset_dims=[], collapsed_slice_dims=[axis], operand_batching_dims=others,
+            start_indices_batching_dims=others, start_index_map=[axis], index_vector_dim=r)
+        src = self._elements_operand(op, args, axis)
+        return [hlo.GatherOp(src, args[1], dims, [1] * r, results=[self.rty(op)]).result]
+
+    def _op_scatter_elements_add(self, op: Op, args: list[Any]) -> list[Any]:
+        axis = op.attrs["axis"]
+        operand, indices, updates = op.operands
+        r = operand.rank
+        if any(a != b for k, (a, b) in enumerate(zip(operand.shape, indices.shape))
+               if k != axis):
+            raise StableHLOError("scatter_elements_add with indices smaller than the operand "
+                                 "off the axis: stablehlo.scatter's batching dims need equal "
+                                 "sizes (not written yet)")
+        others = [k for k in range(r) if k != axis]
+        dims = hlo.ScatterDimensionNumbers.get(
+            update_window_dims=[], inserted_window_dims=[axis], input_batching_dims=others,
+            scatter_indices_batching_dims=others, scattered_dims_to_operand_dims=[axis],
+            index_vector_dim=r)
+        idx = self._clamped_indices(indices, args[1], operand.shape[axis])
+        sc = hlo.ScatterOp([self.rty(op)], [args[0]], idx, [args[2]], dims)
+        self._add_body(sc, operand.dtype)
+        return [sc.results[0]]
+
+    def _op_scatter_add(self, op: Op, args: list[Any]) -> list[Any]:
+        operand, indices, updates = op.operands
+        axis, b = op.attrs["axis"], op.attrs["batch_dims"]
+        q = indices.rank
+        window = list(range(b, axis)) + list(range(axis + q - b, axis + q - b + operand.rank
+                                                   - axis - 1))
+        dims = hlo.ScatterDimensionNumbers.get(
+            update_window_dims=window, inserted_window_dims=[axis],
+            input_batching_dims=list(range(b)), scatter_indices_batching_dims=list(range(b)),
+            scattered_dims_to_operand_dims=[axis], index_vector_dim=q)
+        idx = self._clamped_indices(indices, args[1], operand.shape[axis])
+        sc = hlo.ScatterOp([self.rty(op)], [args[0]], idx, [args[2]], dims)
+        self._add_body(sc, operand.dtype)
+        return [sc.results[0]]
 
     # -- sorting ------------------------------------------------------------------------
     def _sort(self, x: Value, arg: Any, dimension: int, descending: bool) -> tuple[Any, Any]:

@@ -98,17 +98,18 @@ STRUCTURED: dict[str, str] = {
     "convolution": "stablehlo.convolution (layouts -> dimension numbers)",
     "gather": "stablehlo.gather (one collapsed index dim, batching dims for batch_dims); "
               "stablehlo.dynamic_gather when a slice size is symbolic",
+    "gather_elements": "stablehlo.gather with every other dim a batching dim (the operand cut "
+                       "to the indices' extent first)",
+    "scatter_add": "stablehlo.scatter with an add body, indices clamped first (StableHLO "
+                   "drops out-of-bounds updates, DISC clamps them)",
+    "scatter_elements_add": "stablehlo.scatter with every other dim a batching dim, add body, "
+                            "indices clamped first",
     "sort": "stablehlo.sort over (x, iota i64), stable, NaN-largest comparator",
     "top_k": "sort descending + slice of the first k along the last dim",
 }
 
 #: DISC ops with no export (yet), and why.
-NOT_EXPORTED: dict[str, str] = {
-    "gather_elements": "needs a stablehlo.gather with an iota-built index tensor per dim: "
-                       "not written yet",
-    "scatter_add": "needs stablehlo.scatter with an add region: not written yet",
-    "scatter_elements_add": "needs stablehlo.scatter with an add region: not written yet",
-}
+NOT_EXPORTED: dict[str, str] = {}
 
 #: StableHLO ops the importer accepts beyond the inverses of the tables above.
 IMPORT_EXTRA: dict[str, str] = {

@@ -111,6 +111,9 @@ def run_on_xla(graph: Graph, inputs: Sequence[np.ndarray]) -> XlaResult:
     from jax import core as jcore
     from jax import export as jexport
 
+    # DISC graphs use i64 and f64; jax truncates them to 32 bits unless x64 is on (a
+    # process-wide switch: this helper is for tests and tools, not library code paths)
+    jax.config.update("jax_enable_x64", True)
     values = bind_symbols(graph, inputs)
     simple = all(d.is_const or d.is_symbol for v in graph.inputs for d in v.shape)
     names = sorted(graph.free_symbols() | set(values))
