@@ -116,6 +116,19 @@ def export(graph: Graph, *, bindings: Mapping[str, int] | None = None,
     return StableHLOModule(ctx, module)
 
 
+def _linear(d: Expr) -> tuple[str, int, int] | None:
+    """``(symbol, c, k)`` when ``d`` is ``c * symbol + k`` with c != 0, else None."""
+    sym, coeff, offset = None, 0, 0
+    for mono, c in d.terms:
+        if not mono:
+            offset = c
+        elif len(mono) == 1 and getattr(mono[0], "fn", None) is None and sym is None:
+            sym, coeff = mono[0].name, c
+        else:
+            return None
+    return (sym, coeff, offset) if sym is not None and coeff else None
+
+
 class _Exporter:
     """One graph's export: values, cached dim computations, one method per structured op."""
 
@@ -125,11 +138,18 @@ class _Exporter:
         self.name = name
         self.env: dict[Value, Any] = {}
         self.dims: dict[Expr, Any] = {}
-        self.sites: dict[str, tuple[Value, int]] = {}
+        #: where each symbol is read: (input, axis, coefficient, offset) with the input
+        #: dim equal to coefficient * symbol + offset (a plain symbol first)
+        self.sites: dict[str, tuple[Value, int, int, int]] = {}
         for v in graph.inputs:
             for axis, d in enumerate(v.shape):
                 if d.is_symbol and d.symbol_name not in self.sites:
-                    self.sites[d.symbol_name] = (v, axis)
+                    self.sites[d.symbol_name] = (v, axis, 1, 0)
+        for v in graph.inputs:
+            for axis, d in enumerate(v.shape):
+                linear = _linear(d)
+                if linear is not None and linear[0] not in self.sites:
+                    self.sites[linear[0]] = (v, axis, linear[1], linear[2])
 
     # -- types and dims -------------------------------------------------------------
     def e(self, x: Any) -> Expr:
@@ -174,9 +194,14 @@ class _Exporter:
             if site is None:
                 raise StableHLOError(f"@{self.graph.name}: symbol {atom.name} is not a dim of "
                                      "any input, so the module cannot compute it")
-            v, axis = site
+            v, axis, coeff, offset = site
             size = hlo.GetDimensionSizeOp(self.env[v], axis).result
-            return hlo.ConvertOp(scalar_type(_I64), size).result
+            size = hlo.ConvertOp(scalar_type(_I64), size).result
+            if offset:
+                size = hlo.SubtractOp(size, self.i64_const(offset)).result
+            if coeff != 1:
+                size = hlo.DivOp(size, self.i64_const(coeff)).result
+            return size
         args = [self.dim(a) for a in atom.args]
         if fn == "min":
             out = args[0]

@@ -29,7 +29,7 @@ import numpy as np
 from ..builder import GraphBuilder
 from ..dtypes import DType
 from ..ir import Graph, Value
-from ..symbolic import Expr, as_expr, floordiv, mod, smax, smin
+from ..symbolic import Expr, as_expr, floordiv, mod, parse_expr, smax, smin
 from . import mapping
 from .export import DIMS_ATTR
 from .types import (
@@ -157,7 +157,12 @@ class _Importer:
             shape = []
             for j, d in enumerate(ir.RankedTensorType(t).shape):
                 if d == DYNAMIC:
-                    sym = names[j] if names and names[j].isidentifier() else f"a{i}_{j}"
+                    recorded = _recorded_dim(names[j]) if names else None
+                    if recorded is not None and not recorded.is_symbol:
+                        shape.append(recorded.subs({k: Expr.sym(v)
+                                                    for k, v in self.rename.items()}))
+                        continue
+                    sym = recorded.symbol_name if recorded is not None else f"a{i}_{j}"
                     shape.append(Expr.sym(self.rename.get(sym, sym)))
                 else:
                     shape.append(Expr.const(d))
@@ -267,6 +272,15 @@ class _Importer:
             return
 
 
+def _recorded_dim(text: str) -> Expr | None:
+    """A dim as DISC's export recorded it (a symbol or an expression of symbols)."""
+    try:
+        e = parse_expr(text)
+    except ValueError:
+        return None
+    return None if e.is_const else e
+
+
 def _dim_names(arg_attrs: Any, i: int) -> list[str] | None:
     """The dim names DISC's export recorded on argument ``i`` (``disc.dims``), if any."""
     if arg_attrs is None:
@@ -287,13 +301,35 @@ def _constant(self: _Importer, op: Any) -> list[Value]:
         scalar = _attr_scalar(item, dt)
         arr = np.full(shape, scalar, dtype=dt.np)
     elif dt is DType.BF16:
-        arr = np.array([ir.FloatAttr(attr[i]).value for i in range(len(attr))],
-                       np.float64).astype(dt.np).reshape(shape)
+        arr = _bf16_from_text(str(attr), shape)
     else:
         arr = np.array(attr).astype(dt.np).reshape(shape)
     if dt.is_int and arr.size <= _KNOWN_LIMIT and arr.ndim <= 1:
         self.known[op.results[0]] = [Expr.const(int(x)) for x in arr.reshape(-1)]
     return [self.b.constant(arr, dt)]
+
+
+def _bf16_from_text(text: str, shape: list[int]) -> np.ndarray:
+    """A bf16 dense attribute's values: the bindings expose no element access or buffer
+    for bf16, so they are read from the attribute's own printed form (a list of decimal
+    numbers, 0x bit patterns for NaN and infinities, or one hex blob of raw data)."""
+    import re
+
+    body = text[text.index("<") + 1:text.rindex(">")]
+    body = body[:body.rindex(">")] if body.count(">") else body
+    body = body.split(" : ")[0].strip()
+    if body.startswith('"0x'):
+        raw = bytes.fromhex(body[3:-1])
+        return np.frombuffer(raw, np.uint16).view(DType.BF16.np).reshape(shape).copy()
+    vals = []
+    for tok in re.split(r"[\[\],\s]+", body):
+        if not tok:
+            continue
+        if tok.lower().startswith("0x"):
+            vals.append(np.array(int(tok, 16), np.uint16).view(DType.BF16.np))
+        else:
+            vals.append(np.array(float(tok)).astype(DType.BF16.np))
+    return np.asarray(vals, DType.BF16.np).reshape(shape)
 
 
 def _attr_scalar(item: Any, dt: DType) -> Any:
@@ -493,7 +529,50 @@ def _slice(self: _Importer, op: Any) -> list[Value]:
     return [self.add("slice", self.v(op, 0), start=start, limit=limit, stride=strides)]
 
 
+def _parts(self: _Importer, v: Any) -> list[tuple[Value | None, Expr]] | None:
+    """The elements of a 1-D index tensor as (run-time scalar or None) + dim expression:
+    what the export of a dynamic_slice with symbolic sizes builds (clamped start, start +
+    size)."""
+    if v in self.known:
+        return [(None, e) for e in self.known[v]]
+    owner = v.owner
+    name = owner.name if hasattr(owner, "name") else ""
+    if name == "stablehlo.concatenate":
+        out: list[tuple[Value | None, Expr]] = []
+        for o in owner.operands:
+            p = _parts(self, o)
+            if p is None:
+                return None
+            out += p
+        return out
+    if name == "stablehlo.reshape":
+        return _parts(self, owner.operands[0])
+    if name == "stablehlo.add":
+        a, b = (_parts(self, o) for o in owner.operands)
+        if a is not None and b is not None and len(a) == len(b) == 1:
+            (va, ea), (vb, eb) = a[0], b[0]
+            if va is None or vb is None:
+                return [(va if vb is None else vb, ea + eb)]
+    d = self.vals.get(v)
+    if d is not None and d.rank == 0 and d.dtype.is_int:
+        return [(d, Expr.const(0))]
+    return None
+
+
 def _real_dynamic_slice(self: _Importer, op: Any) -> list[Value]:
+    if op.operands[1] not in self.known:
+        starts, limits = _parts(self, op.operands[1]), _parts(self, op.operands[2])
+        strides = self.known.get(op.operands[3])
+        if starts is not None and limits is not None and strides is not None and all(
+                s.is_const and s.value == 1 for s in strides) and all(
+                a[0] is b[0] for a, b in zip(starts, limits)):
+            # a run-time start and a known size: DISC's dynamic_slice (its clamping is a
+            # no-op on starts that are in bounds, which real_dynamic_slice requires)
+            idx = [v if v is not None and e == 0 else self.b.size_value(e) if v is None
+                   else self.add("add", v, self.b.size_value(e, v.dtype))
+                   for v, e in starts]
+            return [self.add("dynamic_slice", self.v(op, 0), *idx,
+                             sizes=[b[1] - a[1] for a, b in zip(starts, limits)])]
     start = self.known_of(op, 1, "start_indices")
     limit = self.known_of(op, 2, "limit_indices")
     strides = self.known_of(op, 3, "strides")
@@ -668,6 +747,140 @@ def _reduce_window(self: _Importer, op: Any) -> list[Value]:
     return [_fold_init(self, out, self.v(op, 1), kind, x.dtype)]
 
 
+def _index_operand(self: _Importer, op: Any, i: int, ivd: int) -> Value:
+    """The index operand with its index-vector dim dropped (jax writes a trailing size-1
+    dim; DISC's index operands hold one index per element)."""
+    idx = self.v(op, i)
+    if ivd == idx.rank:
+        return idx
+    if ivd != idx.rank - 1 or idx.shape[ivd] != Expr.const(1):
+        raise StableHLOError(f"{op.operation.name}: index_vector_dim {ivd} of an index "
+                             f"tensor {idx.type}: DISC maps one index per element (a "
+                             "trailing size-1 index vector or none)")
+    return self.b.reshape_to(idx, list(idx.shape[:-1]))
+
+
+def _gather_axis(op: Any, start_index_map: list[int], collapsed: list[int]) -> int:
+    if len(start_index_map) != 1 or collapsed != start_index_map:
+        raise StableHLOError(f"{op.operation.name} indexing dims {start_index_map} "
+                             f"(collapsed {collapsed}): DISC maps one collapsed index dim")
+    return start_index_map[0]
+
+
+def _gather_offsets(axis: int, b: int, q: int, r: int) -> list[int]:
+    """Where DISC's gather(axis, batch_dims=b) puts the operand's untouched dims."""
+    return list(range(b, axis)) + list(range(axis + q - b, axis + q - b + r - axis - 1))
+
+
+def _gather(self: _Importer, op: Any) -> list[Value]:
+    dn = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    axis = _gather_axis(op, list(dn.start_index_map), list(dn.collapsed_slice_dims))
+    operand = self.v(op, 0)
+    idx = _index_operand(self, op, 1, dn.index_vector_dim)
+    r, q = operand.rank, idx.rank
+    ob, ib, offs = (list(dn.operand_batching_dims), list(dn.start_indices_batching_dims),
+                    list(dn.offset_dims))
+    others = [k for k in range(r) if k != axis]
+    if op.operation.name == "stablehlo.dynamic_gather":
+        sizes = self.known_of(op, 2, "slice_sizes")
+    else:
+        sizes = [Expr.const(d) for d in self.ints(op, "slice_sizes")]
+    want = [Expr.const(1) if k == axis or k in ob else d for k, d in enumerate(operand.shape)]
+    if len(sizes) != r or any(a != w and not (a.is_const and w.is_const is False)
+                              for a, w in zip(sizes, want)):
+        raise StableHLOError(f"{op.operation.name} with slice_sizes {[str(d) for d in sizes]}:"
+                             " DISC maps slices of one element along the indexed and batching "
+                             f"dims and whole dims elsewhere ({[str(d) for d in want]})")
+    if ob == ib == others and not offs and q == r:
+        return [self.add("gather_elements", operand, idx, axis=axis)]
+    b = len(ob)
+    if ob == ib == list(range(b)) and offs == _gather_offsets(axis, b, q, r) and b <= axis:
+        return [self.add("gather", operand, idx, axis=axis, batch_dims=b)]
+    raise StableHLOError(f"stablehlo.gather with offset_dims {offs}, operand_batching_dims "
+                         f"{ob}, start_indices_batching_dims {ib}: DISC maps the take form "
+                         "(gather) and the take-along-axis form (gather_elements)")
+
+
+def _scatter(self: _Importer, op: Any) -> list[Value]:
+    """stablehlo.scatter with an add body. StableHLO drops an update whose index is out of
+    bounds and DISC clamps it, so updates at such indices are zeroed first: the same sum."""
+    body = list(op.regions[0].blocks[0].operations)
+    if len(op.operands) != 3 or len(body) != 2 or body[0].operation.name != "stablehlo.add":
+        raise StableHLOError("stablehlo.scatter: DISC maps only one-operand scatters with an "
+                             "add body (scatter_add, scatter_elements_add)")
+    dn = hlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    axis = _gather_axis(op, list(dn.scattered_dims_to_operand_dims),
+                        list(dn.inserted_window_dims))
+    operand, updates = self.v(op, 0), self.v(op, 2)
+    idx = _index_operand(self, op, 1, dn.index_vector_dim)
+    r, q = operand.rank, idx.rank
+    ob, ib, win = (list(dn.input_batching_dims), list(dn.scatter_indices_batching_dims),
+                   list(dn.update_window_dims))
+    others = [k for k in range(r) if k != axis]
+    b = len(ob)
+    if ob == ib == others and not win and q == r:
+        name, idx_dims = "scatter_elements_add", list(range(q))
+    elif ob == ib == list(range(b)) and win == _gather_offsets(axis, b, q, r) and b <= axis:
+        name = "scatter_add"
+        idx_dims = list(range(b)) + list(range(axis, axis + q - b))
+    else:
+        raise StableHLOError(f"stablehlo.scatter with update_window_dims {win}, "
+                             f"input_batching_dims {ob}: DISC maps the forms of scatter_add "
+                             "and scatter_elements_add")
+    zero_i = self.b.constant(0, idx.dtype)
+    size = self.b.cast(self.add("get_dimension_size", operand, dimension=axis), idx.dtype)
+    ok = self.add("and", self.add("compare", idx, self.b.broadcast_to(zero_i, idx.shape),
+                                  direction="ge"),
+                  self.add("compare", idx, self.b.broadcast_to(size, idx.shape),
+                           direction="lt"))
+    mask = self.add("broadcast_in_dim", ok, shape=list(updates.shape),
+                    broadcast_dimensions=idx_dims)
+    zeros = self.b.broadcast_to(self.b.constant(0, updates.dtype), updates.shape)
+    kept = self.add("select", mask, updates, zeros)
+    kw = {"axis": axis} if name == "scatter_elements_add" else {"axis": axis, "batch_dims": b}
+    return [self.add(name, operand, idx, kept, **kw)]
+
+
+def _convolution(self: _Importer, op: Any) -> list[Value]:
+    dn = hlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    n = len(dn.input_spatial_dimensions)
+    if not 1 <= n <= 3:
+        raise StableHLOError(f"stablehlo.convolution with {n} spatial dims: DISC maps 1 to 3")
+    if "window_reversal" in op.attributes and any(
+            ir.DenseBoolArrayAttr(op.attributes["window_reversal"])):
+        raise StableHLOError("stablehlo.convolution with window_reversal has no DISC mapping")
+    letters = "DHW"[3 - n:]
+
+    def layout(rank: int, first: tuple[int, str], second: tuple[int, str],
+               spatial: list[int]) -> str:
+        out = [""] * rank
+        out[first[0]], out[second[0]] = first[1], second[1]
+        for k, d in enumerate(spatial):
+            out[d] = letters[k]
+        return "".join(out)
+
+    lhs, rhs = self.v(op, 0), self.v(op, 1)
+    il = layout(lhs.rank, (dn.input_batch_dimension, "N"), (dn.input_feature_dimension, "C"),
+                list(dn.input_spatial_dimensions))
+    kl = layout(rhs.rank, (dn.kernel_output_feature_dimension, "O"),
+                (dn.kernel_input_feature_dimension, "I"), list(dn.kernel_spatial_dimensions))
+    ol = layout(lhs.rank, (dn.output_batch_dimension, "N"), (dn.output_feature_dimension, "C"),
+                list(dn.output_spatial_dimensions))
+
+    def ints(name: str) -> list[int]:
+        return self.ints(op, name) if name in op.attributes else [1] * n
+
+    pad = (np.array(ir.DenseIntElementsAttr(op.attributes["padding"])).reshape(n, 2).tolist()
+           if "padding" in op.attributes else [[0, 0]] * n)
+    out = self.add("convolution", lhs, rhs, window_strides=ints("window_strides"),
+                   padding=pad, lhs_dilation=ints("lhs_dilation"),
+                   rhs_dilation=ints("rhs_dilation"),
+                   feature_group_count=self.int_attr(op, "feature_group_count"),
+                   batch_group_count=self.int_attr(op, "batch_group_count"),
+                   input_layout=il, kernel_layout=kl, output_layout=ol)
+    return [self.cast_to(out, op)]
+
+
 def _dot_general(self: _Importer, op: Any) -> list[Value]:
     dn = hlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     out = self.add("dot_general", self.v(op, 0), self.v(op, 1),
@@ -742,6 +955,10 @@ _HANDLED: dict[str, Callable[[_Importer, Any], Any]] = {
     "stablehlo.reduce_window": _reduce_window,
     "stablehlo.sort": _sort,
     "stablehlo.dot_general": _dot_general,
+    "stablehlo.gather": _gather,
+    "stablehlo.dynamic_gather": _gather,
+    "stablehlo.scatter": _scatter,
+    "stablehlo.convolution": _convolution,
     "stablehlo.dot": _dot,
     "stablehlo.optimization_barrier": _barrier,
     "stablehlo.custom_call @shape_assertion": _shape_assertion,

@@ -148,9 +148,11 @@ def table() -> list[Row]:
     return sorted(rows, key=lambda r: r.disc)
 
 
-#: structured DISC ops the importer produces from their StableHLO form.
+#: structured DISC ops the importer produces from their StableHLO form (top_k comes back as
+#: sort + slice, which computes the same)
 IMPORTED_STRUCTURED: frozenset[str] = frozenset({
     "compare", "constant", "iota", "reshape", "dynamic_reshape", "broadcast_in_dim",
     "dynamic_broadcast_in_dim", "get_dimension_size", "slice", "dynamic_slice", "pad",
-    "reduce", "dot_general",
+    "reduce", "argmax", "argmin", "cumulative", "dot_general", "convolution", "gather",
+    "gather_elements", "scatter_add", "scatter_elements_add", "sort",
 })
