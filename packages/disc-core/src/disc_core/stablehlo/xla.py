@@ -8,7 +8,7 @@ and runs StableHLO shape refinement at the call's concrete shapes, which resolve
 wrote, dynamic ops included, not a re-lowering of it.
 
 jax's dimension variables are at least 1, so a call where a symbol is 0 (or where an
-input dim is a compound expression jax cannot solve) exports the graph again with the
+input dim is not linear in one symbol, which jax cannot solve) exports the graph again with the
 symbols bound (``export(graph, bindings=...)``, a static module) and runs that: ``mode``
 in the result says which path ran. Needs ``jax`` (the tests' dependency, not the extra's).
 """
@@ -23,6 +23,7 @@ import numpy as np
 
 from ..ir import Graph
 from ..symbolic import Expr
+from .export import _linear
 
 __all__ = ["XlaResult", "bind_symbols", "run_on_xla"]
 
@@ -36,13 +37,12 @@ class XlaResult:
 
 
 def bind_symbols(graph: Graph, inputs: Sequence[np.ndarray]) -> dict[str, int]:
-    """Symbol values read off the inputs' shapes (plain symbol dims only)."""
-    out: dict[str, int] = {}
-    for v, a in zip(graph.inputs, inputs):
-        for d, n in zip(v.shape, np.shape(a)):
-            if d.is_symbol:
-                out.setdefault(d.symbol_name, int(n))
-    return out
+    """Symbol values read off the inputs' shapes (as the interpreter binds them: plain
+    symbols, then linear dims such as ``B + 1``)."""
+    from ..interpreter import bind_inputs
+
+    _, env = bind_inputs(graph, list(inputs))
+    return dict(env.values)
 
 
 def _jax_dim(e: Expr, env: Mapping[str, Any]) -> Any:
@@ -115,7 +115,8 @@ def run_on_xla(graph: Graph, inputs: Sequence[np.ndarray]) -> XlaResult:
     # process-wide switch: this helper is for tests and tools, not library code paths)
     jax.config.update("jax_enable_x64", True)
     values = bind_symbols(graph, inputs)
-    simple = all(d.is_const or d.is_symbol for v in graph.inputs for d in v.shape)
+    # jax solves its dimension variables from dims that are linear in one symbol
+    simple = all(d.is_const or _linear(d) is not None for v in graph.inputs for d in v.shape)
     names = sorted(graph.free_symbols() | set(values))
     if simple and names and all(values.get(n, 0) >= 1 for n in names) \
             and set(names) <= set(values):
