@@ -620,6 +620,15 @@ def _iota_along(v: Value, axis: int) -> bool:
     return p is not None and p.name == "iota" and p.attrs["dimension"] == axis
 
 
+def _origin(v: Any) -> Any:
+    """The value a comparator compares, seen through jax's canonicalizing selects
+    (``select(x == 0, 0, x)``, ``select(x != x, nan, x)``: -0.0 as 0.0, one NaN), which
+    leave the order DISC uses (NaN largest, -0.0 == 0.0) unchanged."""
+    while hasattr(v.owner, "name") and v.owner.name == "stablehlo.select":
+        v = v.owner.operands[2]
+    return v
+
+
 def _direction(block: Any) -> str | None:
     """The direction (GT or LT) of the comparison between the first two block arguments
     (the values) in a comparator or arg-reduction body; None if there is not exactly one."""
@@ -629,7 +638,7 @@ def _direction(block: Any) -> str | None:
     found = set()
     for op in block.operations:
         if op.operation.name == "stablehlo.compare":
-            ops = list(op.operands)
+            ops = [_origin(o) for o in op.operands]
             d = str(hlo.ComparisonDirectionAttr(op.attributes["comparison_direction"]).value)
             if ops == [a, b] and d in ("GT", "LT", "GE", "LE"):
                 found.add(d[0] + "T")
