@@ -11,9 +11,21 @@ Needs the ``mlir`` extra (``pip install 'disc-core[mlir]'``); ``import disc_core
 imports this package.
 """
 
-from .export import StableHLOModule, export, exportable
-from .import_ import import_
-from .types import StableHLOError, UnsupportedStableHLOError
+from typing import Any
 
 __all__ = ["StableHLOError", "StableHLOModule", "UnsupportedStableHLOError", "export",
            "exportable", "import_"]
+
+_WHERE = {"StableHLOModule": "export", "export": "export", "exportable": "export",
+          "import_": "import_", "StableHLOError": "types",
+          "UnsupportedStableHLOError": "types"}
+
+
+def __getattr__(name: str) -> Any:
+    """Load the MLIR-backed parts on first use, so that ``disc_core.stablehlo.mapping``
+    (plain data: the CLI's and the docs' op table) imports without jaxlib."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
