@@ -16,8 +16,8 @@ from typing import Any
 __all__ = ["StableHLOError", "StableHLOModule", "UnsupportedStableHLOError", "export",
            "exportable", "import_"]
 
-_WHERE = {"StableHLOModule": "export", "export": "export", "exportable": "export",
-          "import_": "import_", "StableHLOError": "types",
+_WHERE = {"StableHLOModule": "exporter", "export": "exporter", "exportable": "exporter",
+          "import_": "importer", "StableHLOError": "types",
           "UnsupportedStableHLOError": "types"}
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir import Graph
 from ..symbolic import Expr
-from .export import _linear
+from .exporter import _linear
 
 __all__ = ["XlaResult", "bind_symbols", "run_on_xla"]
 
@@ -98,7 +98,7 @@ def _serialize(graph: Graph, bindings: Mapping[str, int] | None) -> bytes:
     from jax._src.interpreters import mlir as jmlir
     from jaxlib.mlir import ir
 
-    from .export import export
+    from .exporter import export
 
     text = export(graph, bindings=bindings).text
     with jmlir.make_ir_context():

@@ -31,7 +31,7 @@ from ..dtypes import DType
 from ..ir import Graph, Value
 from ..symbolic import Expr, as_expr, floordiv, mod, parse_expr, smax, smin
 from . import mapping
-from .export import DIMS_ATTR
+from .exporter import DIMS_ATTR
 from .types import (
     DYNAMIC,
     StableHLOError,
