@@ -441,19 +441,19 @@ class _Exporter:
         if self.static(sizes):
             return [hlo.DynamicSliceOp(args[0], starts, [self.e(s).value for s in sizes],
                                        results=[self.rty(op)]).result]
-        # Symbolic sizes: clamp the starts as HLO would, then slice [start, start + size).
-        one = ir.RankedTensorType.get([1], element_type(_I64))
-        lo, hi = [], []
-        zero = self.i64_const(0)
-        for k, (s, size) in enumerate(zip(starts, sizes)):
-            top = hlo.SubtractOp(self.dim(op.operands[0].shape[k]), self.dim(size)).result
-            c = hlo.MaxOp(zero, hlo.MinOp(s, top).result).result
-            lo.append(hlo.ReshapeOp(one, c).result)
-            hi.append(hlo.ReshapeOp(one, hlo.AddOp(c, self.dim(size)).result).result)
+        # Symbolic sizes: a gather of one window whose start is the index vector. Its
+        # slice sizes are a shape tensor that shape refinement folds (a real_dynamic_slice
+        # from start to start + size would have a data-dependent result shape for XLA), and
+        # gather clamps the start so the window fits, as dynamic_slice does.
         rank = len(sizes)
-        return [hlo.RealDynamicSliceOp(self.rty(op), args[0], hlo.ConcatenateOp(lo, 0).result,
-                                       hlo.ConcatenateOp(hi, 0).result,
-                                       self.i64_const([1] * rank, [rank])).result]
+        one = ir.RankedTensorType.get([1], element_type(_I64))
+        vec = hlo.ConcatenateOp([hlo.ReshapeOp(one, st).result for st in starts], 0).result
+        dims = hlo.GatherDimensionNumbers.get(
+            offset_dims=list(range(rank)), collapsed_slice_dims=[], operand_batching_dims=[],
+            start_indices_batching_dims=[], start_index_map=list(range(rank)),
+            index_vector_dim=0)
+        return [hlo.DynamicGatherOp(args[0], vec, self.shape_tensor(sizes), dims,
+                                    results=[self.rty(op)]).result]
 
     def _op_dynamic_update_slice(self, op: Op, args: list[Any]) -> list[Any]:
         return [hlo.DynamicUpdateSliceOp(args[0], args[1], self._starts(op, args, 2),

@@ -781,10 +781,38 @@ def _gather_offsets(axis: int, b: int, q: int, r: int) -> list[int]:
     return list(range(b, axis)) + list(range(axis + q - b, axis + q - b + r - axis - 1))
 
 
+def _window_gather(self: _Importer, op: Any, dn: Any, operand: Value) -> Value | None:
+    """A gather of one window at a start vector (every dim an offset dim, the index
+    tensor one vector): DISC's ``dynamic_slice``, which clamps the start the same way.
+    This is how the export writes a dynamic_slice with symbolic sizes."""
+    r = operand.rank
+    vec = self.v(op, 1)
+    if not (vec.rank == 1 and dn.index_vector_dim == 0 and list(dn.offset_dims) == list(
+            range(r)) and not list(dn.collapsed_slice_dims) and list(dn.start_index_map) ==
+            list(range(r)) and not list(dn.operand_batching_dims)
+            and vec.shape[0] == Expr.const(r)):
+        return None
+    if op.operation.name == "stablehlo.dynamic_gather":
+        sizes = self.known_of(op, 2, "slice_sizes")
+    else:
+        sizes = [Expr.const(d) for d in self.ints(op, "slice_sizes")]
+    parts = _parts(self, op.operands[1])
+    if parts is not None and len(parts) == r:
+        starts = [v if v is not None and e == 0 else self.b.size_value(e) if v is None
+                  else self.add("add", v, self.b.size_value(e, v.dtype)) for v, e in parts]
+    else:
+        starts = [self.b.reshape_to(self.add("slice", vec, start=[k], limit=[k + 1]), [])
+                  for k in range(r)]
+    return self.add("dynamic_slice", operand, *starts, sizes=sizes)
+
+
 def _gather(self: _Importer, op: Any) -> list[Value]:
     dn = hlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
-    axis = _gather_axis(op, list(dn.start_index_map), list(dn.collapsed_slice_dims))
     operand = self.v(op, 0)
+    window = _window_gather(self, op, dn, operand)
+    if window is not None:
+        return [window]
+    axis = _gather_axis(op, list(dn.start_index_map), list(dn.collapsed_slice_dims))
     idx = _index_operand(self, op, 1, dn.index_vector_dim)
     r, q = operand.rank, idx.rank
     ob, ib, offs = (list(dn.operand_batching_dims), list(dn.start_indices_batching_dims),

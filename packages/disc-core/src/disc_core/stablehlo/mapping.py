@@ -85,8 +85,9 @@ STRUCTURED: dict[str, str] = {
     "dynamic_broadcast_in_dim": "stablehlo.dynamic_broadcast_in_dim (the shape tensor as is)",
     "get_dimension_size": "stablehlo.get_dimension_size (i32) + stablehlo.convert to i64",
     "slice": "stablehlo.slice; stablehlo.real_dynamic_slice when a start or limit is symbolic",
-    "dynamic_slice": "stablehlo.dynamic_slice (starts converted to i64); with symbolic sizes, "
-                     "starts clamped as HLO does + stablehlo.real_dynamic_slice",
+    "dynamic_slice": "stablehlo.dynamic_slice (starts converted to i64); with symbolic sizes "
+                     "stablehlo.dynamic_gather of one window at the start vector (gather "
+                     "clamps the start as dynamic_slice does)",
     "pad": "stablehlo.pad; stablehlo.dynamic_pad when an edge is symbolic",
     "reduce": "stablehlo.reduce with a one-op body (add, multiply, maximum, minimum, and, or) "
               "and the kind's identity as init",
