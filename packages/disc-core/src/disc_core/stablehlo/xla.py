@@ -115,8 +115,11 @@ def run_on_xla(graph: Graph, inputs: Sequence[np.ndarray]) -> XlaResult:
     # process-wide switch: this helper is for tests and tools, not library code paths)
     jax.config.update("jax_enable_x64", True)
     values = bind_symbols(graph, inputs)
-    # jax solves its dimension variables from dims that are linear in one symbol
-    simple = all(d.is_const or _linear(d) is not None for v in graph.inputs for d in v.shape)
+    # jax solves its dimension variables from input dims linear in one symbol (and checks
+    # the other dims, such as S*B, against the solution)
+    solvable = {lin[0] for v in graph.inputs for d in v.shape
+                if (lin := _linear(d)) is not None}
+    simple = all(d.free_symbols() <= solvable for v in graph.inputs for d in v.shape)
     names = sorted(graph.free_symbols() | set(values))
     if simple and names and all(values.get(n, 0) >= 1 for n in names) \
             and set(names) <= set(values):
