@@ -632,20 +632,37 @@ class _Exporter:
         axis = op.attrs["axis"]
         operand, indices, updates = op.operands
         r = operand.rank
+        idx_arg, upd_arg = args[1], args[2]
         if any(a != b for k, (a, b) in enumerate(zip(operand.shape, indices.shape))
                if k != axis):
-            raise StableHLOError("scatter_elements_add with indices smaller than the operand "
-                                 "off the axis: stablehlo.scatter's batching dims need equal "
-                                 "sizes (not written yet)")
+            # indices smaller than the operand off the axis (torch allows it): pad indices
+            # and updates to the operand's extent there with zeros, which add nothing
+            low = [0] * r
+            high = [Expr.const(0) if k == axis else operand.shape[k] - indices.shape[k]
+                    for k in range(r)]
+            idx_arg = self._pad_zeros(indices, idx_arg, low, high)
+            upd_arg = self._pad_zeros(updates, upd_arg, low, high)
+            indices = Value(TensorType(indices.dtype, tuple(
+                d + h for d, h in zip(indices.shape, high))))
         others = [k for k in range(r) if k != axis]
         dims = hlo.ScatterDimensionNumbers.get(
             update_window_dims=[], inserted_window_dims=[axis], input_batching_dims=others,
             scatter_indices_batching_dims=others, scattered_dims_to_operand_dims=[axis],
             index_vector_dim=r)
-        idx = self._clamped_indices(indices, args[1], operand.shape[axis])
-        sc = hlo.ScatterOp([self.rty(op)], [args[0]], idx, [args[2]], dims)
+        idx = self._clamped_indices(indices, idx_arg, operand.shape[axis])
+        sc = hlo.ScatterOp([self.rty(op)], [args[0]], idx, [upd_arg], dims)
         self._add_body(sc, operand.dtype)
         return [sc.results[0]]
+
+    def _pad_zeros(self, v: Value, arg: Any, low: list[int], high: list[Expr]) -> Any:
+        zero = self.const(np.zeros((), v.dtype.np), v.dtype)
+        shape = tuple(self.e(d + h) for d, h in zip(v.shape, high))
+        t = self.ty(TensorType(v.dtype, shape))
+        if self.static(high):
+            return hlo.PadOp(arg, zero, low, [self.e(h).value for h in high], [0] * len(low),
+                             results=[t]).result
+        return hlo.DynamicPadOp(t, arg, zero, self.shape_tensor(low), self.shape_tensor(high),
+                                self.i64_const([0] * len(low), [len(low)])).result
 
     def _op_scatter_add(self, op: Op, args: list[Any]) -> list[Any]:
         operand, indices, updates = op.operands

@@ -104,7 +104,8 @@ STRUCTURED: dict[str, str] = {
     "scatter_add": "stablehlo.scatter with an add body, indices clamped first (StableHLO "
                    "drops out-of-bounds updates, DISC clamps them)",
     "scatter_elements_add": "stablehlo.scatter with every other dim a batching dim, add body, "
-                            "indices clamped first",
+                            "indices clamped first (indices and updates smaller than the "
+                            "operand off the axis are zero-padded to it)",
     "sort": "stablehlo.sort over (x, iota i64), stable, NaN-largest comparator",
     "top_k": "sort descending + slice of the first k along the last dim",
 }
