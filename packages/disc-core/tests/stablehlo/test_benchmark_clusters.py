@@ -60,8 +60,9 @@ def test_cluster_roundtrip(path: Path) -> None:
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
 def test_cluster_xla_vs_native(path: Path, tmp_path: Path) -> None:
     pytest.importorskip("jax")
+    from xla_runner import run_on_xla
+
     from disc_core.compiler import Compiler
-    from disc_core.stablehlo.xla import run_on_xla
     from disc_runtime import CompileCache
 
     graph = parse_graph(path.read_text())

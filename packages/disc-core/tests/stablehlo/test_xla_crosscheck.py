@@ -2,7 +2,7 @@
 native engine, on shape bindings neither saw at compile time.
 
 DISC compiles each graph once, symbolically; XLA gets the module DISC wrote (``?`` dims,
-dynamic ops) and refines it at each call's shapes (``disc_core.stablehlo.xla``). A binding
+dynamic ops) and refines it at each call's shapes (``xla_runner.py`` here). A binding
 with a zero-sized symbol goes to XLA as a module exported with the symbols bound (jax's
 dimension variables are >= 1): that is the ``static`` mode, the others are ``dynamic``.
 Both are also checked against the reference interpreter, so a disagreement names the side
@@ -18,11 +18,11 @@ pytest.importorskip("jaxlib")
 pytest.importorskip("jax")
 
 from cases import BINDINGS, Case, all_cases  # noqa: E402
+from xla_runner import run_on_xla  # noqa: E402
 
 from disc_core.compiler import Compiler  # noqa: E402
 from disc_core.dtypes import dtype_of  # noqa: E402
 from disc_core.interpreter import interpret  # noqa: E402
-from disc_core.stablehlo.xla import run_on_xla  # noqa: E402
 
 CASES = all_cases()
 

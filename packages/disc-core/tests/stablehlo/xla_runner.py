@@ -10,7 +10,8 @@ wrote, dynamic ops included, not a re-lowering of it.
 jax's dimension variables are at least 1, so a call where a symbol is 0 (or where an
 input dim is not linear in one symbol, which jax cannot solve) exports the graph again with the
 symbols bound (``export(graph, bindings=...)``, a static module) and runs that: ``mode``
-in the result says which path ran. Needs ``jax`` (the tests' dependency, not the extra's).
+in the result says which path ran. Needs ``jax``: a test helper, kept out of disc_core,
+which may not import a framework (tests-integration/test_dependency_rule.py).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import Graph
-from ..symbolic import Expr
-from .exporter import _linear
+from disc_core.ir import Graph
+from disc_core.stablehlo.exporter import _linear
+from disc_core.symbolic import Expr
 
 __all__ = ["XlaResult", "bind_symbols", "run_on_xla"]
 
@@ -39,7 +40,7 @@ class XlaResult:
 def bind_symbols(graph: Graph, inputs: Sequence[np.ndarray]) -> dict[str, int]:
     """Symbol values read off the inputs' shapes (as the interpreter binds them: plain
     symbols, then linear dims such as ``B + 1``)."""
-    from ..interpreter import bind_inputs
+    from disc_core.interpreter import bind_inputs
 
     _, env = bind_inputs(graph, list(inputs))
     return dict(env.values)
@@ -98,7 +99,7 @@ def _serialize(graph: Graph, bindings: Mapping[str, int] | None) -> bytes:
     from jax._src.interpreters import mlir as jmlir
     from jaxlib.mlir import ir
 
-    from .exporter import export
+    from disc_core.stablehlo import export
 
     text = export(graph, bindings=bindings).text
     with jmlir.make_ir_context():
