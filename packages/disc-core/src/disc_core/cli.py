@@ -289,6 +289,10 @@ def _dispatch(argv: list[str]) -> int:
     if argv[:1] == ["compile"]:
         _compile(_compile_parser().parse_args(argv[1:]))
         return 0
+    if argv[:1] == ["export"]:  # StableHLO .mlir files of clusters (disc_core.stablehlo.cli)
+        from .stablehlo.cli import main as export_main
+
+        return export_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.version:
         sys.stdout.write(_versions())
