@@ -361,3 +361,26 @@ def test_train_step_traced_per_shape_can_still_create_optimizer_slots():
     assert len(w_disc) == len(w_plain)  # the momentum slots were created
     for a, b in zip(w_disc, w_plain):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_random_mask_shaped_like_the_batch_keeps_its_gradient_compiled():
+    """A drop-connect mask (``noise_shape=[batch, 1]``, EfficientNet's) comes from a
+    random op that stays in TensorFlow; its shape is its shape operand, here the
+    activations' batch, so the product's gradient knows which side broadcasts and stays
+    compiled instead of leaving a data-dependent Sum in TensorFlow. Forward and gradients
+    match TensorFlow's over batch sizes unseen when compiled (same seeds, same masks)."""
+    w = tf.Variable(np.random.default_rng(9).standard_normal((4, 6)).astype("float32"))
+
+    def fn(x):
+        h = tf.tanh(tf.matmul(x, w))
+        mask = tf.random.stateless_uniform(tf.stack([tf.shape(h)[0], 1]), seed=[3, 4])
+        y = h * tf.cast(mask > 0.3, h.dtype) / 0.7
+        return tf.reduce_sum(tf.sin(y) * h, -1), tf.reduce_max(y, -1), tf.shape(y)[0]
+
+    arg_sets = [(rand([n, 4]),) for n in (5, 1, 9, 3)]
+    _, step = _check_gradients(fn, [w], arg_sets)
+    nodes = step.coverage().nodes
+    assert not [(n.op, n.detail) for n in nodes if n.reason is not None and
+                n.reason.value == "data_dependent_shape"]
+    assert any(n.op == "StatelessRandomUniformV2" and n.status.value == "fallback"
+               for n in nodes)

@@ -157,10 +157,41 @@ def _check_result(op: tf.Operation, t: tf.Tensor, v: Value) -> None:
     check_result(op.type, v, Expected(core_dtype(t.dtype), dims, exact=False), "TF")
 
 
+#: ops that stay in TensorFlow (random numbers) whose output shape is their first operand
+SHAPED_BY_OPERAND = frozenset({
+    "RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt",
+    "StatelessRandomUniform", "StatelessRandomNormal", "StatelessTruncatedNormal",
+    "StatelessRandomUniformV2", "StatelessRandomNormalV2", "StatelessTruncatedNormalV2",
+    "StatelessRandomUniformIntV2", "StatelessRandomUniformFullIntV2",
+})
+
+
+def _operand_shape(ctx: Lowering, t: tf.Tensor) -> list[Expr] | None:
+    """The dims of a random op's output when its shape operand is known (``[s0, 1, 1,
+    1]`` for a drop-connect mask of a batch of ``s0``), else None. With fresh symbols
+    instead, the mask's batch could not be told equal to the activations', and the
+    gradient of their product (BroadcastGradientArgs, then a Sum over axes computed at run
+    time) stayed in TensorFlow, splitting EfficientNet's train step at every block."""
+    if t.op.type not in SHAPED_BY_OPERAND or not t.op.inputs or t.shape.rank is None:
+        return None
+    k = ctx.known(t.op.inputs[0])
+    if k is None or k.ndim != 1 or len(k) != t.shape.rank:
+        return None
+    dims = [e if isinstance(e, Expr) else Expr.const(int(e)) for e in k.reshape(-1)]
+    for d, n in zip(dims, t.shape.as_list()):
+        if n is not None and not (d.is_const and d.value == n):
+            return None
+    return dims
+
+
 def _ensure_inputs(ctx: Lowering, op: tf.Operation) -> None:
     for t in op.inputs:
         if not ctx.has(t):
-            ctx.add_tf_input(t)
+            dims = _operand_shape(ctx, t)
+            if dims is None:
+                ctx.add_tf_input(t)
+            else:
+                ctx.add_input(t.name, core_dtype(t.dtype), dims)
 
 
 def _lower_in_context(ctx: Lowering, op: tf.Operation) -> None:
