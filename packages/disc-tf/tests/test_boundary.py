@@ -384,3 +384,30 @@ def test_random_mask_shaped_like_the_batch_keeps_its_gradient_compiled():
                 n.reason.value == "data_dependent_shape"]
     assert any(n.op == "StatelessRandomUniformV2" and n.status.value == "fallback"
                for n in nodes)
+
+
+def test_residual_add_of_strided_sizes_between_random_masks():
+    """EfficientNet's pattern in small: random masks (in TensorFlow) split the step into
+    clusters, and tensors of strided spatial sizes (``ceildiv(h, 2)``, not plain symbols)
+    cross between them into a residual add and its gradient. Forward and gradients match
+    TensorFlow over unseen sizes, and no cluster fails or leaves a data-dependent shape."""
+    rng = np.random.default_rng(10)
+    k1 = tf.Variable(rng.standard_normal((3, 3, 3, 4)).astype("float32") * 0.3)
+    k2 = tf.Variable(rng.standard_normal((1, 1, 3, 4)).astype("float32") * 0.3)
+
+    def fn(x):
+        a = tf.nn.relu(tf.nn.conv2d(x, k1, 2, "SAME"))
+        mask = tf.random.stateless_uniform(tf.stack([tf.shape(a)[0], 1, 1, 1]), seed=[1, 2])
+        b = a * tf.cast(mask > 0.3, a.dtype)
+        c = tf.nn.conv2d(tf.tanh(x), k2, 2, "SAME")
+        y = b + c
+        mask2 = tf.random.stateless_uniform(tf.stack([tf.shape(y)[0], 1, 1, 1]), seed=[3, 4])
+        y = tf.where(mask2 > 0.2, y, tf.zeros_like(y)) * 1.25
+        return tf.reduce_sum(tf.sin(y), [1, 2, 3]), tf.reduce_max(y, [1, 2, 3]), tf.shape(y)[0]
+
+    arg_sets = [(rand([n, s, s + 1, 3], low=-1.0, high=1.0),) for n, s in
+                ((3, 9), (1, 4), (4, 7), (2, 12))]
+    _, step = _check_gradients(fn, [k1, k2], arg_sets)
+    failed = [(n.op, n.detail) for n in step.coverage().nodes if n.reason is not None and
+              n.reason.value in ("compile_error", "runtime_error", "data_dependent_shape")]
+    assert not failed, failed
