@@ -261,9 +261,11 @@ class LoweredCluster:
 
 
 def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_readers:
-                  dict[str, bool], name: str) -> LoweredCluster:
+                  dict[str, bool], name: str, bind_sizes: bool = False) -> LoweredCluster:
     """The core graph of one cluster. ``outside_readers[tensor]`` says whether a tensor is
-    read outside the cluster (by another op or as a function output)."""
+    read outside the cluster (by another op or as a function output). ``bind_sizes``: also
+    bind the symbols of fed dims that are expressions (see :func:`_binders`), the retry
+    for a cluster whose lowering failed without them."""
     member_set = set(members)
     external: list[tf.Tensor] = []
     seen: set[str] = set()
@@ -280,7 +282,7 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
     for t in fed:
         if t.name in analysis.types:
             bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
-    for t in _binders(analysis, members, fed, bound):
+    for t in _binders(analysis, members, fed, bound, bind_sizes):
         fed.append(t)
         bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
     fed_names = {t.name for t in fed}
@@ -396,7 +398,7 @@ def _gradient_classes(ctx: Lowering, members: list[tf.Operation]) -> dict[str, s
 
 
 def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tensor],
-             bound: set[str]) -> list[tf.Tensor]:
+             bound: set[str], bind_sizes: bool = False) -> list[tf.Tensor]:
     """Extra inputs that bind the symbols of shapes computed outside the cluster.
 
     A shape such as ``Shape(x)`` computed in another cluster (or by TF) arrives as data,
@@ -410,7 +412,14 @@ def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tenso
         k = analysis.known.get(t.name)
         if k is not None and k.dtype == object:
             wanted |= symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
-    wanted -= bound
+        v = analysis.types.get(t.name)
+        if bind_sizes and v is not None:
+            # a dim that is an expression (a strided conv's ceildiv(s1, 2)) keeps its
+            # relation to other inputs' dims only if its symbols are bound: otherwise two
+            # inputs of equal sizes get unrelated fresh symbols, and a broadcast between
+            # them (a residual add's gradient) cannot be decided. Only a retry: more
+            # symbolic dims can make the native engine refuse a cluster it would take
+            wanted |= symbols_of(d for d in v.shape if not d.is_const and not d.is_symbol)
     if not wanted:
         return []
     consumers: dict[tf.Operation, list[tf.Operation]] = {}
