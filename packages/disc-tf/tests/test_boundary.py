@@ -361,3 +361,53 @@ def test_train_step_traced_per_shape_can_still_create_optimizer_slots():
     assert len(w_disc) == len(w_plain)  # the momentum slots were created
     for a, b in zip(w_disc, w_plain):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_random_mask_shaped_like_the_batch_keeps_its_gradient_compiled():
+    """A drop-connect mask (``noise_shape=[batch, 1]``, EfficientNet's) comes from a
+    random op that stays in TensorFlow; its shape is its shape operand, here the
+    activations' batch, so the product's gradient knows which side broadcasts and stays
+    compiled instead of leaving a data-dependent Sum in TensorFlow. Forward and gradients
+    match TensorFlow's over batch sizes unseen when compiled (same seeds, same masks)."""
+    w = tf.Variable(np.random.default_rng(9).standard_normal((4, 6)).astype("float32"))
+
+    def fn(x):
+        h = tf.tanh(tf.matmul(x, w))
+        mask = tf.random.stateless_uniform(tf.stack([tf.shape(h)[0], 1]), seed=[3, 4])
+        y = h * tf.cast(mask > 0.3, h.dtype) / 0.7
+        return tf.reduce_sum(tf.sin(y) * h, -1), tf.reduce_max(y, -1), tf.shape(y)[0]
+
+    arg_sets = [(rand([n, 4]),) for n in (5, 1, 9, 3)]
+    _, step = _check_gradients(fn, [w], arg_sets)
+    nodes = step.coverage().nodes
+    assert not [(n.op, n.detail) for n in nodes if n.reason is not None and
+                n.reason.value == "data_dependent_shape"]
+    assert any(n.op == "StatelessRandomUniformV2" and n.status.value == "fallback"
+               for n in nodes)
+
+
+def test_residual_add_of_strided_sizes_between_random_masks():
+    """EfficientNet's pattern in small: random masks (in TensorFlow) split the step into
+    clusters, and tensors of strided spatial sizes (``ceildiv(h, 2)``, not plain symbols)
+    cross between them into a residual add and its gradient. Forward and gradients match
+    TensorFlow over unseen sizes, and no cluster fails or leaves a data-dependent shape."""
+    rng = np.random.default_rng(10)
+    k1 = tf.Variable(rng.standard_normal((3, 3, 3, 4)).astype("float32") * 0.3)
+    k2 = tf.Variable(rng.standard_normal((1, 1, 3, 4)).astype("float32") * 0.3)
+
+    def fn(x):
+        a = tf.nn.relu(tf.nn.conv2d(x, k1, 2, "SAME"))
+        mask = tf.random.stateless_uniform(tf.stack([tf.shape(a)[0], 1, 1, 1]), seed=[1, 2])
+        b = a * tf.cast(mask > 0.3, a.dtype)
+        c = tf.nn.conv2d(tf.tanh(x), k2, 2, "SAME")
+        y = b + c
+        mask2 = tf.random.stateless_uniform(tf.stack([tf.shape(y)[0], 1, 1, 1]), seed=[3, 4])
+        y = tf.where(mask2 > 0.2, y, tf.zeros_like(y)) * 1.25
+        return tf.reduce_sum(tf.sin(y), [1, 2, 3]), tf.reduce_max(y, [1, 2, 3]), tf.shape(y)[0]
+
+    arg_sets = [(rand([n, s, s + 1, 3], low=-1.0, high=1.0),) for n, s in
+                ((3, 9), (1, 4), (4, 7), (2, 12))]
+    _, step = _check_gradients(fn, [k1, k2], arg_sets)
+    failed = [(n.op, n.detail) for n in step.coverage().nodes if n.reason is not None and
+              n.reason.value in ("compile_error", "runtime_error", "data_dependent_shape")]
+    assert not failed, failed

@@ -499,7 +499,11 @@ class DiscFunction:
             outside = {t.name: t.name in outputs or any(r not in member_set
                                                         for r in readers.get(t.name, ()))
                        for op in members for t in op.outputs}
-            return lower_cluster(analysis, members, outside, "disc_cluster")
+            try:
+                return lower_cluster(analysis, members, outside, "disc_cluster")
+            except Exception:  # e.g. a broadcast between unrelated fresh sizes
+                return lower_cluster(analysis, members, outside, "disc_cluster",
+                                     bind_sizes=True)
 
         return compile_clusters(
             [list(c.nodes) for c in analysis.clustering.clusters], lower, compiler,

@@ -157,10 +157,41 @@ def _check_result(op: tf.Operation, t: tf.Tensor, v: Value) -> None:
     check_result(op.type, v, Expected(core_dtype(t.dtype), dims, exact=False), "TF")
 
 
+#: ops that stay in TensorFlow (random numbers) whose output shape is their first operand
+SHAPED_BY_OPERAND = frozenset({
+    "RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt",
+    "StatelessRandomUniform", "StatelessRandomNormal", "StatelessTruncatedNormal",
+    "StatelessRandomUniformV2", "StatelessRandomNormalV2", "StatelessTruncatedNormalV2",
+    "StatelessRandomUniformIntV2", "StatelessRandomUniformFullIntV2",
+})
+
+
+def _operand_shape(ctx: Lowering, t: tf.Tensor) -> list[Expr] | None:
+    """The dims of a random op's output when its shape operand is known (``[s0, 1, 1,
+    1]`` for a drop-connect mask of a batch of ``s0``), else None. With fresh symbols
+    instead, the mask's batch could not be told equal to the activations', and the
+    gradient of their product (BroadcastGradientArgs, then a Sum over axes computed at run
+    time) stayed in TensorFlow, splitting EfficientNet's train step at every block."""
+    if t.op.type not in SHAPED_BY_OPERAND or not t.op.inputs or t.shape.rank is None:
+        return None
+    k = ctx.known(t.op.inputs[0])
+    if k is None or k.ndim != 1 or len(k) != t.shape.rank:
+        return None
+    dims = [e if isinstance(e, Expr) else Expr.const(int(e)) for e in k.reshape(-1)]
+    for d, n in zip(dims, t.shape.as_list()):
+        if n is not None and not (d.is_const and d.value == n):
+            return None
+    return dims
+
+
 def _ensure_inputs(ctx: Lowering, op: tf.Operation) -> None:
     for t in op.inputs:
         if not ctx.has(t):
-            ctx.add_tf_input(t)
+            dims = _operand_shape(ctx, t)
+            if dims is None:
+                ctx.add_tf_input(t)
+            else:
+                ctx.add_input(t.name, core_dtype(t.dtype), dims)
 
 
 def _lower_in_context(ctx: Lowering, op: tf.Operation) -> None:
@@ -230,9 +261,11 @@ class LoweredCluster:
 
 
 def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_readers:
-                  dict[str, bool], name: str) -> LoweredCluster:
+                  dict[str, bool], name: str, bind_sizes: bool = False) -> LoweredCluster:
     """The core graph of one cluster. ``outside_readers[tensor]`` says whether a tensor is
-    read outside the cluster (by another op or as a function output)."""
+    read outside the cluster (by another op or as a function output). ``bind_sizes``: also
+    bind the symbols of fed dims that are expressions (see :func:`_binders`), the retry
+    for a cluster whose lowering failed without them."""
     member_set = set(members)
     external: list[tf.Tensor] = []
     seen: set[str] = set()
@@ -249,7 +282,7 @@ def lower_cluster(analysis: Analysis, members: list[tf.Operation], outside_reade
     for t in fed:
         if t.name in analysis.types:
             bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
-    for t in _binders(analysis, members, fed, bound):
+    for t in _binders(analysis, members, fed, bound, bind_sizes):
         fed.append(t)
         bound |= {d.symbol_name for d in analysis.types[t.name].shape if d.is_symbol}
     fed_names = {t.name for t in fed}
@@ -365,7 +398,7 @@ def _gradient_classes(ctx: Lowering, members: list[tf.Operation]) -> dict[str, s
 
 
 def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tensor],
-             bound: set[str]) -> list[tf.Tensor]:
+             bound: set[str], bind_sizes: bool = False) -> list[tf.Tensor]:
     """Extra inputs that bind the symbols of shapes computed outside the cluster.
 
     A shape such as ``Shape(x)`` computed in another cluster (or by TF) arrives as data,
@@ -379,7 +412,14 @@ def _binders(analysis: Analysis, members: list[tf.Operation], fed: list[tf.Tenso
         k = analysis.known.get(t.name)
         if k is not None and k.dtype == object:
             wanted |= symbols_of(e for e in k.reshape(-1) if isinstance(e, Expr))
-    wanted -= bound
+        v = analysis.types.get(t.name)
+        if bind_sizes and v is not None:
+            # a dim that is an expression (a strided conv's ceildiv(s1, 2)) keeps its
+            # relation to other inputs' dims only if its symbols are bound: otherwise two
+            # inputs of equal sizes get unrelated fresh symbols, and a broadcast between
+            # them (a residual add's gradient) cannot be decided. Only a retry: more
+            # symbolic dims can make the native engine refuse a cluster it would take
+            wanted |= symbols_of(d for d in v.shape if not d.is_const and not d.is_symbol)
     if not wanted:
         return []
     consumers: dict[tf.Operation, list[tf.Operation]] = {}
