@@ -77,7 +77,9 @@ def test_runtime_table_is_what_the_runtime_reads(monkeypatch, tmp_path) -> None:
     from disc_runtime import default_cache_dir
 
     assert set(RUNTIME_OPTIONS.env_vars().values()) == {
-        "DISC_CACHE_DIR", "DISC_BLAS_LIB", "DISC_BLAS_TUNE", "DISC_DEBUG"}
+        "DISC_CACHE_DIR", "DISC_CACHE_LOCK_TIMEOUT", "DISC_BLAS_LIB", "DISC_BLAS_TUNE",
+        "DISC_DEBUG"}
+    assert RUNTIME_OPTIONS.value("cache_lock_timeout") == 600
     monkeypatch.setenv("DISC_CACHE_DIR", str(tmp_path))
     assert default_cache_dir() == tmp_path
     monkeypatch.setenv("DISC_BLAS_TUNE", "0")

@@ -10,11 +10,17 @@ Layout: ``<directory>/v1/<key[:2]>/<key>/`` holds one artifact directory; ``v1``
 layout so a future runtime can change it without misreading old entries. Alongside live
 ``.staging/`` (builds in progress) and ``.trash/`` (entries being deleted).
 
-Concurrency without locks on disk: a build writes into a private temp directory inside the
-cache root (same filesystem) and is published with one ``os.rename``. Readers therefore see
-either no entry or a complete one. When two processes race, the loser's rename fails because
-the winner's entry exists; the loser validates the winner's entry, uses it and deletes its
-own. Within one process, a per-key lock prevents two threads from building the same key.
+Publishing needs no lock: a build writes into a private temp directory inside the cache
+root (same filesystem) and is published with one ``os.rename``. Readers therefore see either
+no entry or a complete one. When two processes race, the loser's rename fails because the
+winner's entry exists; the loser validates the winner's entry, uses it and deletes its own.
+
+Building is serialized per key, though, so that the ranks of a distributed job (or any
+processes) starting on one cache compile each cluster once: a process about to build takes
+an exclusive ``flock`` on ``.locks/<key>.lock``; the others wait on it (at most
+``DISC_CACHE_LOCK_TIMEOUT`` seconds; then they build too, and the rename race above keeps
+that correct), find the entry published and load it as a disk hit. Within one process, a
+per-key lock prevents two threads from building the same key.
 
 Nothing on disk is trusted: every entry is loaded with full sha256 verification (of its
 files, and of the manifest through its ``manifest.sha256`` seal) and its manifest key must
@@ -24,6 +30,7 @@ reported with :class:`~disc_runtime.errors.CacheCorruptionWarning` and rebuilt.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,7 +41,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +67,12 @@ __all__ = [
 CACHE_LAYOUT_VERSION = "v1"
 _STAGING = ".staging"
 _TRASH = ".trash"
+_LOCKS = ".locks"
+
+try:  # POSIX: one builder per key across processes
+    import fcntl
+except ImportError:  # pragma: no cover - elsewhere processes race as before
+    fcntl = None  # type: ignore[assignment]
 _STALE_STAGING_S = 3600.0
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{3,128}")
 
@@ -204,7 +217,15 @@ class CompileCache:
                 self.stats._inc("disk_hits")
                 self._remember(key, artifact)
                 return artifact, "disk"
-            artifact = self._build_and_publish(key, build)
+            with self._build_lock(key):
+                # another process may have published it while this one waited
+                artifact, again = self._load_entry(key)
+                if artifact is not None:
+                    self.stats._inc("disk_hits")
+                    self._remember(key, artifact)
+                    return artifact, "disk"
+                artifact = self._build_and_publish(key, build)
+            corrupt = corrupt or again
             self.stats._inc("misses")
             if corrupt:
                 self.stats._inc("rebuilt_corrupt")
@@ -336,6 +357,42 @@ class CompileCache:
             _remove_tree(path)
             return None
         return trash
+
+    @contextlib.contextmanager
+    def _build_lock(self, key: str) -> Iterator[bool]:
+        """Hold the cross-process build lock of ``key`` (yields whether it is held: after
+        ``DISC_CACHE_LOCK_TIMEOUT`` seconds of waiting, or where locks are unavailable, the
+        build goes ahead without it)."""
+        timeout = RUNTIME_OPTIONS.value("cache_lock_timeout")
+        if fcntl is None or not timeout:
+            yield False
+            return
+        try:
+            locks = self.root / _LOCKS
+            locks.mkdir(parents=True, exist_ok=True)
+            fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:  # a read-only or odd file system: build without the lock
+            yield False
+            return
+        held = False
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.02)
+                except OSError:  # the file system has no locks
+                    break
+            yield held
+        finally:
+            if held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def _build_and_publish(self, key: str, build: Build) -> Artifact:
         staging = self.root / _STAGING

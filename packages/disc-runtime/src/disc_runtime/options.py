@@ -192,6 +192,10 @@ RUNTIME_OPTIONS = OptionTable("disc-runtime", (
            "Base directory of the compile cache (artifacts in its `v1/`, plus what DISC keeps "
            "beside them); unset: `$XDG_CACHE_HOME/disc`, else `~/.cache/disc`.",
            env_only=True),
+    Option("cache_lock_timeout", "DISC_CACHE_LOCK_TIMEOUT", 600,
+           "Seconds a process waits for another one (a rank of the same job, say) that is "
+           "building the same cache entry, before building it itself; `0`: never wait.",
+           parse=parse_int, env_only=True),
     Option("blas_lib", "DISC_BLAS_LIB", None,
            "A shared library exporting ILP64 `sgemm_64_`/`dgemm_64_` (e.g. oneMKL's "
            "`libmkl_rt.so`) for every compiled GEMM, instead of numpy's OpenBLAS, a "
