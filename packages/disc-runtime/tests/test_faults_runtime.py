@@ -235,3 +235,24 @@ def test_without_the_build_lock_racing_builders_still_agree(tmp_path: Path) -> N
     assert all(r["z"] == [[3.0, 3.0], [3.0, 3.0]] for r in results)
     assert [r["built"] for r in results] == [1, 1]  # no lock: both built
     assert CompileCache(tmp_path / "cache").info()["entries"] == 1
+
+
+def test_a_build_that_builds_its_own_key_again_does_not_wait_on_itself(
+        tmp_path: Path, monkeypatch) -> None:
+    """flock conflicts between two opens of one file even in one process: a nested build
+    of the key being built (another CompileCache on the same directory) must go ahead, not
+    wait DISC_CACHE_LOCK_TIMEOUT for its own lock."""
+    monkeypatch.setenv("DISC_CACHE_LOCK_TIMEOUT", "600")
+    key = cache_key({"g": "nested-build"})
+    done: list[str] = []
+
+    def build(path: Path):
+        CompileCache(tmp_path).get_or_build(key, slow_affine_builder(key))
+        return slow_affine_builder(key)(path)
+
+    worker = threading.Thread(
+        target=lambda: done.append(CompileCache(tmp_path).get_or_build(key, build)[1]))
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "the nested build waited on its own build lock"
+    assert done == ["miss"]

@@ -73,6 +73,13 @@ try:  # POSIX: one builder per key across processes
     import fcntl
 except ImportError:  # pragma: no cover - elsewhere processes race as before
     fcntl = None  # type: ignore[assignment]
+
+#: keys whose build lock this process holds. flock conflicts between two opens of one file
+#: even in one process, so a build that (through another CompileCache on the same
+#: directory) builds its own key again would wait on itself: such a nested build goes
+#: ahead unlocked (the publishing rename keeps it correct)
+_held_keys: set[str] = set()
+_held_lock = threading.Lock()
 _STALE_STAGING_S = 3600.0
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{3,128}")
 
@@ -364,7 +371,9 @@ class CompileCache:
         ``DISC_CACHE_LOCK_TIMEOUT`` seconds of waiting, or where locks are unavailable, the
         build goes ahead without it)."""
         timeout = RUNTIME_OPTIONS.value("cache_lock_timeout")
-        if fcntl is None or not timeout:
+        with _held_lock:
+            nested = key in _held_keys
+        if fcntl is None or not timeout or nested:
             yield False
             return
         try:
@@ -381,6 +390,8 @@ class CompileCache:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     held = True
+                    with _held_lock:
+                        _held_keys.add(key)
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
@@ -391,6 +402,8 @@ class CompileCache:
             yield held
         finally:
             if held:
+                with _held_lock:
+                    _held_keys.discard(key)
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
