@@ -130,27 +130,32 @@ def test_entry_replaced_by_a_file_is_rebuilt(tmp_path: Path) -> None:
     assert source == "miss" and entry.is_dir()
 
 
-def test_four_processes_race_on_one_key(tmp_path: Path) -> None:
-    """The two-process race of test_runtime_cache.py with four: all succeed, exactly one
-    builds (the others wait on its build lock and load its entry: one compile and three
-    disk hits, as the ranks of a job on one machine see it), one entry, nothing left in
-    staging."""
-    key = cache_key({"g": "race4"})
+def _race(tmp_path: Path, key: str, n: int, env: dict[str, str]) -> list[dict]:
+    """``n`` processes (cache_race_worker.py) released together on one key: their results."""
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, str(TESTS / "cache_race_worker.py"),
                                str(tmp_path / "cache"), key, str(go),
                                str(tmp_path / f"result{i}.json")],
-                              env=subprocess_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(n)]
     deadline = time.monotonic() + 120
-    while not all((tmp_path / f"result{i}.json.ready").exists() for i in range(4)):
+    while not all((tmp_path / f"result{i}.json.ready").exists() for i in range(n)):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
         time.sleep(0.01)
     go.write_text("go")
     for p in procs:
         _out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    results = [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(4)]
+    return [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(n)]
+
+
+def test_four_processes_race_on_one_key(tmp_path: Path) -> None:
+    """The two-process race of test_runtime_cache.py with four: all succeed, exactly one
+    builds (the others wait on its build lock and load its entry: one compile and three
+    disk hits, as the ranks of a job on one machine see it), one entry, nothing left in
+    staging."""
+    key = cache_key({"g": "race4"})
+    results = _race(tmp_path, key, 4, subprocess_env())
     entry = tmp_path / "cache" / "v1" / key[:2] / key
     assert all(r["directory"] == str(entry) and r["z"] == [[3.0, 3.0], [3.0, 3.0]]
                for r in results)
@@ -216,22 +221,7 @@ def test_without_the_build_lock_racing_builders_still_agree(tmp_path: Path) -> N
     """DISC_CACHE_LOCK_TIMEOUT=0 (or a file system without locks): both processes build,
     the loser of the publishing rename uses the winner's entry; one entry either way."""
     key = cache_key({"g": "race-nolock"})
-    go = tmp_path / "go"
-    env = {**subprocess_env(), "DISC_CACHE_LOCK_TIMEOUT": "0"}
-    procs = [subprocess.Popen([sys.executable, str(TESTS / "cache_race_worker.py"),
-                               str(tmp_path / "cache"), key, str(go),
-                               str(tmp_path / f"result{i}.json")],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(2)]
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"result{i}.json.ready").exists() for i in range(2)):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-        time.sleep(0.01)
-    go.write_text("go")
-    for p in procs:
-        _out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-    results = [json.loads((tmp_path / f"result{i}.json").read_text()) for i in range(2)]
+    results = _race(tmp_path, key, 2, {**subprocess_env(), "DISC_CACHE_LOCK_TIMEOUT": "0"})
     assert all(r["z"] == [[3.0, 3.0], [3.0, 3.0]] for r in results)
     assert [r["built"] for r in results] == [1, 1]  # no lock: both built
     assert CompileCache(tmp_path / "cache").info()["entries"] == 1
