@@ -381,16 +381,6 @@ def measure_stream(threads: int, quick: bool) -> dict[str, Any]:
             "copy_24mib_median_gbps": small["median_gbps"]}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 class OtherLoad:
     """CPU time that other processes used while this one ran: busy time of the whole machine
     (/proc/stat) minus this process's own and its children's, as a share of wall time x
@@ -748,7 +738,7 @@ def fmt(v: Any, spec: str) -> str:
 
 def print_report(results: list[dict[str, Any]], machine: dict[str, Any],
                  tiny: dict[str, Any], failures: list[dict[str, Any]]) -> None:
-    print(f"\nmachine: {machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, "
+    print(f"\nmachine: {machine['cpu']}, {machine['cpus']} cores, {machine['threads']} threads, "
           f"stream copy {machine['stream_gbps']:.1f} GB/s (best of {machine['stream']['reps']}, "
           f"median {machine['stream']['median_gbps']:.1f}), load average "
           f"{machine['loadavg_start']} -> {machine['loadavg_end']}; other processes used "
@@ -879,7 +869,6 @@ def main(args: argparse.Namespace) -> int:
             "disc": {"f32_gemm": provenance.library_name(choice.get("f32_gemm")),
                      "library": provenance.library_name(choice.get("library")),
                      "reason": choice.get("reason")}}),
-        "cpu": cpu_model(), "cores": os.cpu_count(), "threads": THREADS,
         "stream_gbps": stream["best_gbps"], "stream": stream,
         "loadavg_start": load_start, "loadavg_end": loadavg(),
         "other_processes_cpu_pct": others.pct(),
