@@ -229,7 +229,10 @@ class ProgramView:
         return any(op.id() not in members for op in self.readers.get(i, ()))
 
     def dead(self) -> set[Node]:
-        """Nodes none of whose outputs anything reads (Paddle prunes them itself)."""
+        """Nodes none of whose outputs anything reads (Paddle prunes them itself); an op
+        that writes in place is not dead: its effect is the write (an ``all_reduce_``
+        whose result nobody reads, its operand's readers see the sum)."""
         return {n for n in self.nodes if n.outputs and
                 not any(self.readers.get(vid(r)) or vid(r) in self.program_outputs
-                        for r in n.outputs if r.initialized())}
+                        for r in n.outputs if r.initialized())
+                and not inplace_writes(n.op)}
