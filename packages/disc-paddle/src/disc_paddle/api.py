@@ -175,12 +175,29 @@ class DiscFunction:
         return list(self._statics.values())
 
 
+def _inner_layer(target: Any) -> Any:
+    """The layer that computes: ``paddle.DataParallel(layer)``'s ``layer``, else ``target``.
+
+    ``DataParallel.forward`` calls its layer and then, eagerly, prepares its reducer for
+    the backward (which parameters' gradients to all-reduce): traced into a program, that
+    step would be lost (Paddle's own ``to_static`` refuses a ``DataParallel`` outright). So
+    DISC compiles the wrapped layer's ``forward`` and leaves the wrapper as it is; the
+    gradients are all-reduced by Paddle, outside DISC's programs."""
+    import paddle
+
+    while isinstance(target, paddle.DataParallel):
+        target = target._layers  # noqa: SLF001
+    return target
+
+
 def compile(model: Any = None, input_spec: Any = None, *, full_graph: bool = True,
             **options: Any) -> Any:
     """DISC for a Paddle layer or function: ``model = disc_paddle.compile(model)``.
 
     A layer is returned with its ``forward`` run through DISC (training included: the
-    backward program's clusters are compiled too); a function is returned wrapped. Unless
+    backward program's clusters are compiled too); a ``paddle.DataParallel`` is returned
+    with its wrapped layer's ``forward`` run through DISC (see :func:`_inner_layer`); a
+    function is returned wrapped. Unless
     ``input_spec`` pins them, every dim is dynamic: one compilation per rank and dtype.
     ``full_graph=False`` uses Paddle's SOT bytecode capture (Python it cannot capture runs
     eagerly). Options are :class:`~disc_paddle.config.DiscConfig` fields."""
@@ -190,12 +207,12 @@ def compile(model: Any = None, input_spec: Any = None, *, full_graph: bool = Tru
 
     def wrap(target: Any) -> Any:
         if isinstance(target, paddle.nn.Layer):
-            forward = target.forward
+            layer = _inner_layer(target)
+            forward = layer.forward
             if isinstance(forward, DiscFunction):
                 return target
-            target.forward = DiscFunction(forward, config, input_spec=input_spec,
-                                          full_graph=full_graph,
-                                          name=type(target).__name__)
+            layer.forward = DiscFunction(forward, config, input_spec=input_spec,
+                                         full_graph=full_graph, name=type(layer).__name__)
             return target
         if not callable(target):
             raise TypeError(f"disc_paddle.compile expects a paddle.nn.Layer or a function, "
@@ -218,10 +235,11 @@ def to_static(function: Any = None, input_spec: Any = None, build_strategy: Any 
 
     def wrap(target: Any) -> Any:
         if isinstance(target, paddle.nn.Layer):
-            target.forward = DiscFunction(target.forward, config, input_spec=input_spec,
-                                          full_graph=full_graph,
-                                          build_strategy=build_strategy,
-                                          backend_name=backend, name=type(target).__name__)
+            layer = _inner_layer(target)  # a DataParallel: its layer (see _inner_layer)
+            layer.forward = DiscFunction(layer.forward, config, input_spec=input_spec,
+                                         full_graph=full_graph,
+                                         build_strategy=build_strategy,
+                                         backend_name=backend, name=type(layer).__name__)
             return target
         return DiscFunction(target, config, input_spec=input_spec, full_graph=full_graph,
                             build_strategy=build_strategy, backend_name=backend)

@@ -5,8 +5,11 @@ Paddle's own extension builder (``paddle.utils.cpp_extension.load``, which knows
 include paths and link flags; about 15 s), in a private temporary directory, and then
 published atomically under the DISC cache directory (``$DISC_CACHE_DIR/paddle_ops/<key>/``):
 concurrent processes never load a half-written library, and clearing the cache makes the
-next process rebuild it. Later processes register the cached library's operators directly
-(about 0.1 s) instead of going through the builder again.
+next process rebuild it. Processes that start on a cold cache at once (the ranks of a
+distributed job) build it once: the first takes the build lock
+(:func:`disc_core.bridge.launch.build_lock`), the others wait on it and load its
+library. Later processes register the cached library's operators directly (about 0.1 s)
+instead of going through the builder again.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from disc_core.bridge.launch import LaunchLibrary, publish, write_build_headers
+from disc_core.bridge.launch import LaunchLibrary, build_lock, publish, write_build_headers
 from disc_runtime.cache import default_cache_dir
 from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
 
@@ -128,6 +131,13 @@ def _build(target: Path) -> ctypes.CDLL:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _register(target: Path) -> None:
+    """Register the operators of a published library with Paddle (once per process)."""
+    from paddle.utils.cpp_extension.extension_utils import load_op_meta_info_and_register_op
+
+    load_op_meta_info_and_register_op(str(target))
+
+
 def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
     """The launch library with its operators registered, built first when the cache lacks
     it. Raises :class:`CustomOpUnavailable`."""
@@ -137,20 +147,21 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
         if lib is not None:
             return lib
         if target.exists():
-            from paddle.utils.cpp_extension.extension_utils import (
-                load_op_meta_info_and_register_op,
-            )
-
-            load_op_meta_info_and_register_op(str(target))
+            _register(target)
             cdll = ctypes.CDLL(str(target))
         else:
             if target in _failed:
                 raise _failed[target]
-            try:
-                cdll = _build(target)
-            except CustomOpUnavailable as exc:
-                _failed[target] = exc
-                raise
+            with build_lock(target):  # the ranks of a job build it once (see docstring)
+                if target.exists():  # another process published it while this one waited
+                    _register(target)
+                    cdll = ctypes.CDLL(str(target))
+                else:
+                    try:
+                        cdll = _build(target)
+                    except CustomOpUnavailable as exc:
+                        _failed[target] = exc
+                        raise
         launch = LaunchLibrary(cdll, "disc_paddle")
         lib = OpLibrary(target, launch)
         _loaded[target] = lib

@@ -10,8 +10,10 @@ Steps, all on the program's global block (:class:`~disc_paddle.program.ProgramVi
    speak of the same sizes). A node the table refuses gets a reason; its outputs re-enter
    as fresh inputs.
 2. **Clustering** with the shared core algorithm: no in-place op (PIR names them with a
-   trailing ``_``), no op with regions (control flow), no op the user excluded, no cycles,
-   at least ``min_cluster_size`` ops.
+   trailing ``_``), no collective (an op with a ``ring_id``: communication is Paddle's,
+   reported as ``framework_op``), no op with regions (control flow), no op the user
+   excluded, no cycles (over data edges and the order in-place writes impose:
+   :func:`~disc_paddle.program.inplace_order`), at least ``min_cluster_size`` ops.
 3. **Lowering** each cluster on its own: inputs typed with the symbolic dims of step 1
    (renamed ``s0, s1, ...`` in order, so equal clusters share one compilation), constants
    and known shapes inlined, outputs the values read outside.
@@ -106,6 +108,11 @@ def _pre_verdict(node: Node, excluded: frozenset[str]) -> Support | None:
     name = node.name
     if name in excluded or name.removeprefix("pd_op.") in excluded:
         return Support(False, f"{name} excluded by the user", code=ReasonCode.EXCLUDED_BY_USER)
+    if node.op.has_attr("ring_id"):
+        # every Paddle communication op (all_reduce_, c_allreduce_sum_, all_gather,
+        # broadcast_, send_v2 ...) names its communicator ring: collectives run in Paddle
+        return Support(False, f"{name} is a collective (communication stays with Paddle)",
+                       code=ReasonCode.FRAMEWORK_OP)
     if node.op.num_regions():
         return Support(False, f"{name} is control flow (stays with Paddle)",
                        code=ReasonCode.NO_CONVERTER)

@@ -4,9 +4,13 @@ A program's block is an ordered list, so a launch must come after every op that 
 one of its inputs and before every op that reads one of its results. It takes the place
 of the cluster's last member (every input is computed before some member reads it); an
 op outside the cluster that sits between the members and reads a cluster result, or a
-value computed from one, moves to just after the launch, in its order. Clustering keeps
-clusters convex (no path leaves a cluster and comes back), so no op both feeds a member
-and reads a result, and these moves keep the program valid.
+value computed from one, moves to just after the launch, in its order. So does an op
+that must follow a member, or a moved op, because of an in-place write
+(:func:`disc_paddle.program.inplace_order`: an ``all_reduce_`` between a member that
+reads its operand and the last member moves after the launch, so the launch reads the
+operand before it changes). Clustering keeps clusters convex over data and those
+ordering edges (no path leaves a cluster and comes back), so no op both must precede a
+member and follow one, and these moves keep the program valid.
 
 A *checking* launch (the accuracy guard's programs, :attr:`Launch.check` set) keeps the
 members: it comes right after the last one, takes their results as extra inputs (the
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from disc_runtime.native import ABI_VERSION
 
 from .custom_op import op_name
+from .program import inplace_order
 
 __all__ = ["Launch", "replace_clusters"]
 
@@ -70,15 +75,33 @@ def _between(ops: list[object], member_ids: set[int]) -> list[object]:
     return [op for op in ops[idx[0]:idx[-1]] if op.id() not in member_ids]  # type: ignore[attr-defined]
 
 
-def _move_readers_after(block: object, launch_op: object, between: list[object]) -> None:
+def _order_successors(ops: list[object]) -> dict[int, set[int]]:
+    """op id -> ids of the ops in-place writes make run after it (see the module
+    docstring)."""
+    after: dict[int, set[int]] = {}
+    for before, later in inplace_order(ops):
+        after.setdefault(before.id(), set()).add(later.id())  # type: ignore[attr-defined]
+    return after
+
+
+def _move_readers_after(block: object, launch_op: object, between: list[object],
+                        members: set[int] | None = None,
+                        order: dict[int, set[int]] | None = None) -> None:
     """Move the ops of ``between`` that read a launch result (directly or through another
-    moved op) to just after the launch op, keeping their order."""
+    moved op), or that ``order`` (op id -> ids that must follow it) puts after one of
+    ``members`` or after a moved op, to just after the launch op, keeping their order."""
     tainted = {r.id for r in launch_op.results()}  # type: ignore[attr-defined]
+    order = order or {}
+    follow: set[int] = set()
+    for m in members or ():
+        follow |= order.get(m, set())
     moved = []
     for op in between:
-        if any(v.id in tainted for v in op.operands_source()):  # type: ignore[attr-defined]
+        if op.id() in follow or \
+                any(v.id in tainted for v in op.operands_source()):  # type: ignore[attr-defined]
             moved.append(op)
             tainted.update(r.id for r in op.results())  # type: ignore[attr-defined]
+            follow |= order.get(op.id(), set())  # type: ignore[attr-defined]
     if not moved:
         return
     ops = list(block.ops)  # type: ignore[attr-defined]
@@ -159,7 +182,10 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
     for launch in launches:
         members = list(launch.members)
         inputs = [current(v) for v in launch.inputs]
-        between = _between(list(block.ops), {op.id() for op in members})
+        member_ids = {op.id() for op in members}
+        block_ops = list(block.ops)
+        between = _between(block_ops, member_ids)
+        order = _order_successors(block_ops)
         slots = list(launch.output_slots) if launch.output_slots is not None \
             else list(range(len(launch.outputs)))
         ranks = [len(d) for d in launch.out_dims]
@@ -196,7 +222,7 @@ def replace_clusters(program: object, launches: Sequence[Launch]) -> None:
                 block.remove_op(op)
         if new:
             launch_op = new[0].get_defining_op()
-            _move_readers_after(block, launch_op, between)
+            _move_readers_after(block, launch_op, between, member_ids, order)
             if not checking:
                 _write_back(program, launch, slots, new, current, launch_op)
 

@@ -6,21 +6,32 @@ loading, the call with the process's BLAS, failure and stats bookkeeping) and ex
 entry points under a prefix of its own; :class:`LaunchLibrary` wraps them.
 :func:`write_build_headers` puts the headers a build needs in its directory, and
 :func:`publish` moves a built library into the cache atomically, so concurrent processes
-never load a half-written one.
+never load a half-written one. :func:`build_lock` makes the processes that start on one
+cache at once (the ranks of a distributed job) build a library once: the first builds,
+the others wait and load what it published.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from disc_runtime.native import ABI_TYPES, blas_functions, launch_support_header
+from disc_runtime.options import RUNTIME_OPTIONS
 
-__all__ = ["LaunchLibrary", "flush_cluster_calls", "publish", "write_build_headers"]
+try:  # POSIX: one builder per library across processes
+    import fcntl
+except ImportError:  # pragma: no cover - elsewhere each process builds its own copy
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LaunchLibrary", "build_lock", "flush_cluster_calls", "publish",
+           "write_build_headers"]
 
 
 def write_build_headers(directory: str | os.PathLike[str]) -> None:
@@ -35,6 +46,48 @@ def publish(built: str | os.PathLike[str], target: Path) -> None:
     tmp = target.parent / f".{target.name}.{os.getpid()}"
     shutil.copyfile(built, tmp)
     os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def build_lock(target: Path, timeout: float | None = None) -> Iterator[bool]:
+    """Hold the cross-process lock for building ``target`` (an exclusive ``flock`` on
+    ``<target>.lock`` beside it); yields whether it is held. A launch library takes a
+    C++ build of tens of seconds: without the lock every rank of a job starting on a cold
+    cache builds its own copy at once (N times the work on shared cores). The caller
+    checks ``target`` again once it holds the lock: another process may have published
+    it meanwhile. After ``timeout`` seconds of waiting (default: ``DISC_CACHE_LOCK_TIMEOUT``,
+    as for compile-cache entries), or where the file system has no locks, it goes ahead
+    without the lock: the atomic :func:`publish` keeps concurrent builds correct."""
+    if timeout is None:
+        timeout = RUNTIME_OPTIONS.value("cache_lock_timeout")
+    if fcntl is None or not timeout:
+        yield False
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a read-only or odd file system
+        yield False
+        return
+    held = False
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:  # the file system has no locks
+                break
+        yield held
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class LaunchLibrary:
