@@ -131,3 +131,19 @@ def test_four_ranks_share_one_compile_per_cluster_through_optimize(tmp_path):
                                "--layers", str(layers), "--steps", str(steps))
     check_losses(results, single_process_losses(d, layers, steps, 4))
     check_one_compile_per_key(results, merged)
+
+
+def test_the_ddp_example_runs(tmp_path):
+    """examples/torch_ddp_train.py under torchrun: it checks its own losses against DDP
+    without DISC (exit status) and leaves one report per rank for ``disc report merge``."""
+    example = HERE.parents[1] / "examples" / "torch_ddp_train.py"
+    reports = tmp_path / "reports"
+    env = child_env({"DISC_CACHE_DIR": str(tmp_path / "cache")})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), str(example), "--quick", "--steps", "3",
+           "--report-dir", str(reports)]
+    (result,) = run_job([cmd], envs=[env], timeout=JOB_TIMEOUT, cwd=tmp_path)
+    assert "max rel diff" in result.stdout and "disc report merge" in result.stdout
+    merged = Report.merge(load(reports / f"report-{r}.json") for r in range(2))
+    assert all(k.compiles == 1 for k in key_compiles(merged))
