@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import report_samples as samples
 
-from disc_core.report import Collector, Report, load, render_text, write_report
+from disc_core.report import Collector, Report, load, render_markdown, render_text, write_report
 from disc_core.report.ranks import RankInfo, process_rank, rank_label
 from disc_core.report.sharing import key_compiles, sharing_line
 
@@ -128,8 +128,15 @@ def test_merged_ranks_compile_each_key_once(world):
     assert rows == [["00ababababab", "1", str(world - 1), str(world), "rank", "0"]]
 
 
+def test_markdown_lists_keys_across_runs_too():
+    md = render_markdown(Report.merge(rank_reports(4)))
+    assert "## Across runs (per compile-cache key)" in md
+    assert "| `00ababababab` | 1 | 3 | 4 | rank 0 |" in md
+    assert "Across runs" not in render_markdown(rank_reports(1)[0])
+
+
 def test_a_key_compiled_by_two_ranks_is_called_out():
-    merged = Report.merge(rank_reports(2, compiled_by=[0, 0]) + [])
+    merged = Report.merge(rank_reports(2, compiled_by=[0, 0]))
     merged.graphs[1].clusters[1].cache_misses = 1  # rank 1 built the second key too
     merged.graphs[1].clusters[1].cache_hits = 0
     items = key_compiles(merged)
