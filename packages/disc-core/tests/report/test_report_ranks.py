@@ -154,6 +154,15 @@ def test_a_warm_cache_says_keys_were_only_loaded():
         "; 2 keys only loaded from the cache")
 
 
+def test_a_key_with_no_lookup_recorded_is_neither_compiled_nor_loaded():
+    reports = rank_reports(2)
+    for report in reports:  # the second key was left out (DISC_BISECT_CLUSTERS)
+        report.graphs[0].clusters[1].cache_misses = report.graphs[0].clusters[1].cache_hits = 0
+    line = sharing_line(key_compiles(Report.merge(reports)), 2)
+    assert line == ("2 cluster keys over 2 runs: 1 compile, 1 cache hit; 1 key with no lookup "
+                    "recorded")
+
+
 def test_one_run_has_no_across_runs_section():
     report = rank_reports(1)[0]
     assert "across runs" not in render_text(report)

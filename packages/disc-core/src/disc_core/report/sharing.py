@@ -78,12 +78,17 @@ def sharing_line(items: list[KeyCompiles], runs: int) -> str:
     line = (f"{plural(len(items), 'cluster key')} over {plural(runs, 'run')}: "
             f"{plural(compiles, 'compile')}, {plural(hits, 'cache hit')}")
     again = [k for k in items if k.compiles > 1]
-    never = [k for k in items if k.compiles == 0]
+    # no compile but hits: a warm cache; neither: left out before its lookup was recorded
+    # (DISC_BISECT_CLUSTERS)
+    loaded = [k for k in items if k.compiles == 0 and k.cache_hits]
+    unused = [k for k in items if k.compiles == 0 and not k.cache_hits]
     verdict = []
     if again:
         verdict.append(f"{plural(len(again), 'key')} compiled more than once")
-    if never:  # a warm cache from an earlier job
-        verdict.append(f"{plural(len(never), 'key')} only loaded from the cache")
-    if not verdict and items:
+    if loaded:
+        verdict.append(f"{plural(len(loaded), 'key')} only loaded from the cache")
+    if unused:
+        verdict.append(f"{plural(len(unused), 'key')} with no lookup recorded")
+    if items and all(k.compiles == 1 for k in items):
         verdict.append("each key compiled once")
     return line + ("; " + ", ".join(verdict) if verdict else "")
