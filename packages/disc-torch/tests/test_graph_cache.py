@@ -267,3 +267,42 @@ def test_a_torch_module_keeps_the_cache(recwarn):
     for _ in range(2):  # the second optimize loads the package the first wrote
         torch.testing.assert_close(disc_torch.optimize(conv)(x), conv(x))
     assert not [w for w in recwarn if "cache is off" in str(w.message)]
+
+
+DDP_SCRIPT = textwrap.dedent("""
+    import warnings
+    import torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import disc_torch
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                    torch.nn.Linear(16, 8))
+    reference.load_state_dict(model.state_dict())
+    warnings.simplefilter("always")
+    run = disc_torch.optimize(DDP(model))
+    for n in (3, 5, 7):
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(run(x), reference(x), rtol=1e-5, atol=1e-5)
+        run(x).sum().backward()
+        reference(x).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    dist.destroy_process_group()
+""")
+
+
+def test_a_ddp_module_is_optimized_without_a_graph_package(tmp_path):
+    """dynamo traces DDP's own forward (its guards name locals DISC cannot pin) and splits
+    it per gradient bucket: optimize() keeps no package for it, rather than writing one that
+    turns the cache off (and traces again) on the next call."""
+    script = tmp_path / "ddp_script.py"
+    script.write_text(DDP_SCRIPT)
+    cache = tmp_path / "disc-cache"
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "DISC_CACHE_DIR": str(cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cache is off" not in proc.stderr, proc.stderr[-3000:]
+    assert not _packages(cache)

@@ -59,8 +59,9 @@ CORE_OPTIONS = OptionTable("disc-core", (
            parse=parse_int, env_only=True),
     Option("report", "DISC_REPORT", None,
            "Write the coverage report of every bridge in this process as JSON to this path "
-           "at exit (`{pid}` expands to the process id). A bridge's `report_path` option "
-           "sets the same.", env_only=True),
+           "at exit (`{pid}` expands to the process id, `{rank}` to the process's rank in a "
+           "distributed job: `RANK`, `PADDLE_TRAINER_ID` or `TF_CONFIG`'s task, `0` "
+           "outside one). A bridge's `report_path` option sets the same.", env_only=True),
     Option("bisect_clusters", "DISC_BISECT_CLUSTERS", None,
            "A file listing the compile-cache keys (one per line, `#` comments) of the only "
            "clusters every bridge may run compiled; any other cluster stays in the "
@@ -84,7 +85,7 @@ BRIDGE_OPTIONS = OptionTable("bridges (shared fields)", (
            "Framework op names never compiled (comma-separated in the variable).",
            parse=parse_names),
     Option("report_path", "DISC_REPORT", None,
-           "Write the coverage report as JSON here at exit (`{pid}` expands)."),
+           "Write the coverage report as JSON here at exit (`{pid}` and `{rank}` expand)."),
     Option("accuracy_check", "DISC_ACCURACY_CHECK", None,
            "The accuracy guard: run compiled clusters' framework ops alongside and compare "
            "the outputs with tolerances that suit their dtype; a mismatch hands the cluster "

@@ -52,7 +52,8 @@ class DiscConfig:
         min_cluster_size: clusters with fewer ATen ops run eagerly (a compiled call costs
             a few microseconds; one or two cheap ops are not worth it).
         excluded_ops: ATen op names (``"aten.mm"`` or ``"aten.mm.default"``) never compiled.
-        report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        report_path: write the coverage report as JSON here at exit (``{pid}`` and
+            ``{rank}`` expand).
         accuracy_check: the accuracy guard (``True``, ``"first=N,every=K"``, an
             ``AccuracyPolicy``): run compiled clusters' ATen ops eagerly alongside on the
             first calls and every Kth after, compare with the dtype's tolerances; a

@@ -143,6 +143,12 @@ def package_key(model_or_fn: Any, config: Any) -> str:
     from disc_core import __version__ as core_version
     from disc_core.compiler import compiler_fingerprint
 
+    if isinstance(model_or_fn, torch.nn.parallel.DistributedDataParallel):
+        # dynamo traces DDP's own forward, whose identity guards (torch 2.13: a local of
+        # its inner frames) DISC cannot pin, and splits the graph per gradient bucket:
+        # packaging it made every rank trace each step twice. Traced anew in every process;
+        # the compiled clusters still come from the shared compile cache.
+        raise NotCacheable("DistributedDataParallel's forward is not kept on disk")
     inner = innermost_fn(forward_of(model_or_fn))
     inner = getattr(inner, "__func__", inner)
     if not hasattr(inner, "__code__"):

@@ -11,9 +11,11 @@ user's program shape this module:
   (temp file + rename, so a reader never sees half a file), and a failure to write is one
   warning per process, never an exception.
 
-``DISC_REPORT`` may contain ``{pid}``, replaced at write time, so that several worker
-processes sharing one environment each write their own file (``disc report merge`` joins
-them).
+``DISC_REPORT`` may contain ``{pid}`` and ``{rank}``, replaced at write time, so that
+several worker processes sharing one environment each write their own file (``disc report
+merge`` joins them). ``{rank}`` is the process's rank in its distributed job as the
+launcher's environment gives it (:mod:`.ranks`: torchrun, paddle's launcher, ``TF_CONFIG``),
+``0`` outside one; unlike a pid it names the same file in every run of the job.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from ..options import CORE_OPTIONS
 from .files import write_report
 from .model import ClusterRecord, Engine, GraphReport, KernelTime, ReasonCode, Report, RunInfo
+from .ranks import rank_label
 
 __all__ = [
     "ENV_VAR",
@@ -38,10 +41,17 @@ __all__ = [
     "get_collector",
     "configure",
     "current",
+    "expand_path",
     "write",
 ]
 
 ENV_VAR = "DISC_REPORT"
+
+
+def expand_path(template: str) -> str:
+    """``template`` with ``{pid}`` and ``{rank}`` replaced for this process (other braces
+    are left as they are: a path may contain them)."""
+    return template.replace("{pid}", str(os.getpid())).replace("{rank}", rank_label())
 
 
 class ReportWriteWarning(UserWarning):
@@ -148,7 +158,8 @@ class Collector:
 
     @property
     def path(self) -> str | None:
-        """Where the report goes at exit (``{pid}`` not yet replaced), or None."""
+        """Where the report goes at exit (``{pid}`` and ``{rank}`` not yet replaced), or
+        None."""
         return self._path
 
     def configure(self, path: str | os.PathLike[str] | None) -> None:
@@ -214,7 +225,7 @@ class Collector:
         if target is None:
             return None
         try:
-            return write_report(self.report(), target.replace("{pid}", str(os.getpid())))
+            return write_report(self.report(), expand_path(target))
         except Exception as exc:  # never let reporting break the user's program
             if not self._warned:
                 self._warned = True

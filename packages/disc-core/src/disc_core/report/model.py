@@ -387,14 +387,20 @@ class RunInfo:
     python: str | None = None
     host: str | None = None
     pid: int | None = None
+    #: the process's rank in its distributed job and the job's size, as its launcher's
+    #: environment says (:mod:`.ranks`); None outside a job (and in older files)
+    rank: int | None = None
+    world_size: int | None = None
 
     @classmethod
     def capture(
         cls, framework: str | None, framework_version: str | None = None, device: str = "cpu"
     ) -> RunInfo:
         """Describe this process now (DISC versions from package metadata, never imports)."""
+        from .ranks import process_rank
         from .versions import disc_versions
 
+        place = process_rank()
         return cls(
             id=uuid.uuid4().hex[:12],
             framework=framework,
@@ -405,6 +411,8 @@ class RunInfo:
             python=platform.python_version(),
             host=socket.gethostname(),
             pid=os.getpid(),
+            rank=None if place is None else place.rank,
+            world_size=None if place is None else place.world_size,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -414,7 +422,7 @@ class RunInfo:
         out.update(
             disc_versions=dict(self.disc_versions), device=self.device, started_at=self.started_at
         )
-        for key in ("python", "host", "pid"):
+        for key in ("python", "host", "pid", "rank", "world_size"):
             _put(out, key, getattr(self, key))
         return out
 
@@ -431,6 +439,8 @@ class RunInfo:
             python=f.text("python", optional=True),
             host=f.text("host", optional=True),
             pid=f.count("pid", optional=True),
+            rank=f.count("rank", optional=True),
+            world_size=f.count("world_size", optional=True),
         )
 
 

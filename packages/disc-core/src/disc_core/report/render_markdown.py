@@ -12,6 +12,7 @@ import re
 
 from .model import GraphReport, Report
 from .render_text import describe_run, summary_line
+from .sharing import key_compiles, sharing_line
 from .summary import cluster_times, format_pct, kernel_cells, plural
 
 __all__ = ["md_escape", "render_markdown"]
@@ -55,7 +56,8 @@ def _kernel_time(graphs: list[GraphReport], frameworks: dict[str, str]) -> list[
 
 
 def render_markdown(report: Report, *, top: int = 10) -> str:
-    """A Markdown document: summary line, runs, graphs, fallbacks, clusters, kernel time."""
+    """A Markdown document: summary line, runs, graphs, fallbacks, clusters, compiles per
+    cluster key across runs (several runs only), kernel time."""
     summary = report.summary()
     out = ["# DISC coverage report", "", f"**{md_escape(summary_line(summary))}**", ""]
     if report.runs:
@@ -100,5 +102,12 @@ def render_markdown(report: Report, *, top: int = 10) -> str:
               str(c.calls), _num(c.seconds, "{:.3f}"),
               f"`{c.key[:12]}`" if c.key else ""] for g, c in clusters],
         )
+    items = key_compiles(report)
+    if len(report.runs) > 1 and items:
+        out += ["## Across runs (per compile-cache key)", "",
+                md_escape(sharing_line(items, len(report.runs))), ""]
+        out += _table(["key", "compiles", "cache hits", "runs", "compiled by"], [
+            [f"`{k.key[:12]}`", str(k.compiles), str(k.cache_hits), str(len(k.runs)),
+             md_escape(", ".join(k.compiled_by)) or "-"] for k in items])
     out += _kernel_time(report.graphs, frameworks)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -8,6 +8,7 @@ The first line answers the question users ask first, in one breath:
 from __future__ import annotations
 
 from .model import GraphReport, Report, RunInfo
+from .sharing import key_compiles, sharing_line
 from .summary import (
     Summary,
     cluster_times,
@@ -59,6 +60,8 @@ def describe_run(run: RunInfo) -> str:
     text = f"{framework} on {run.device}, {run.started_at}"
     if run.pid is not None:
         text += f", pid {run.pid}" + (f" on {run.host}" if run.host else "")
+    if run.rank is not None:
+        text += f", rank {run.rank}" + (f" of {run.world_size}" if run.world_size else "")
     if run.disc_versions:
         text += " (" + ", ".join(f"{k} {v}" for k, v in run.disc_versions.items()) + ")"
     return text
@@ -76,6 +79,31 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.rjust(w) if i >= _FIRST_NUMERIC else cell.ljust(w)
                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
             for row in rows]
+
+
+#: keys the per-key table lists; the rest fold into one "+N more keys" row
+KEY_ROWS = 20
+
+
+def _across_runs(report: Report) -> list[str]:
+    """Compiles and cache hits per cluster key when the report joins several runs (the
+    ranks of a job sharing a compile cache): one line, then a row per key."""
+    items = key_compiles(report)
+    if len(report.runs) < 2 or not items:
+        return []
+    lines = ["across runs (per compile-cache key): "
+             + sharing_line(items, len(report.runs))]
+    rows = [["key", "compiles", "cache hits", "runs", "compiled by"]]
+    for k in items[:KEY_ROWS]:
+        rows.append([k.key[:12], str(k.compiles), str(k.cache_hits), str(len(k.runs)),
+                     ", ".join(k.compiled_by) or "-"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:4], widths[1:4])]
+        lines.append(("  " + "  ".join([*cells, row[4]])).rstrip())
+    if len(items) > KEY_ROWS:
+        lines.append(f"  +{plural(len(items) - KEY_ROWS, 'more key')}")
+    return lines
 
 
 def _kernel_time(graph: GraphReport, framework: str) -> list[str]:
@@ -125,6 +153,7 @@ def render_text(report: Report, *, top: int = 3) -> str:
             f"{_seconds(summary.cluster_seconds)}; "
             f"fallback ops {_seconds(summary.fallback_seconds)}"
         )
+    lines += _across_runs(report)
     for graph in report.graphs:
         lines += _kernel_time(graph, frameworks.get(graph.run, "?"))
     return "\n".join(lines) + "\n"
