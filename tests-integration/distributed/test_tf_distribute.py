@@ -1,0 +1,219 @@
+"""Keras ``fit`` under tf.distribute with DISC: MirroredStrategy over two logical CPUs in
+one process, and MultiWorkerMirroredStrategy with two local worker processes (gRPC
+collectives on localhost).
+
+Each job trains plain TensorFlow and then DISC from the same initial weights
+(``tf_jobs.py``). Checked here: the final weights and per-epoch losses of both against a
+float64 NumPy run of the same SGD on the whole global batches (what data parallelism must
+reproduce) and against each other; collectives stay in TensorFlow; DISC compiled each
+distinct cluster once, replicas and workers included (the workers share one cold compile
+cache: one builds, the other waits on the entry's lock and loads it); no fallback.
+
+Needs TensorFlow (the ``tf`` tox env runs this file); about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("disc_tf")
+
+import tf_jobs  # noqa: E402  (the problem's constants and data; imports no TensorFlow)
+from ranks import child_env, free_port, run_job  # noqa: E402
+
+from disc_core.report import Report, load  # noqa: E402
+
+JOBS = Path(__file__).parent / "tf_jobs.py"
+
+#: relative error allowed per variable (norm) and per epoch loss, float32 against float64
+RTOL = 1e-4
+TIME_LIMIT = 240
+
+
+def _env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = child_env({"DISC_CACHE_DIR": str(cache), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    for inherited in ("DISC_REPORT", "TF_CONFIG"):  # only what the job sets
+        env.pop(inherited, None)
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture(scope="module")
+def op_library(tmp_path_factory) -> Path:
+    """A cache holding only the DiscLaunch op library, built once (~12 s), which each
+    job's fresh compile cache starts from: the compile counts below are about clusters."""
+    cache = tmp_path_factory.mktemp("oplib")
+    run_job([[sys.executable, "-c", "from disc_tf.custom_op import load_library; "
+              "load_library()"]], envs=[_env(cache)], timeout=TIME_LIMIT)
+    assert (cache / "tf_ops").is_dir()
+    return cache / "tf_ops"
+
+
+def _fresh_cache(tmp_path: Path, op_library: Path) -> Path:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copytree(op_library, cache / "tf_ops")
+    return cache
+
+
+# -- the reference: the same training in float64 NumPy, one process, global batches -----
+
+def reference_training() -> tuple[list[float], list[np.ndarray]]:
+    """Per-epoch losses (Keras's: batch losses weighted by batch size) and final weights
+    of SGD on the MSE of Dense(tanh) -> Dense, batch after batch in order."""
+    x, y, weights = tf_jobs.problem()
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    w1, b1, w2, b2 = (w.astype(np.float64) for w in weights)
+    losses = []
+    for _epoch in range(tf_jobs.EPOCHS):
+        total = 0.0
+        for start in range(0, tf_jobs.SAMPLES, tf_jobs.GLOBAL_BATCH):
+            xb, yb = x[start:start + tf_jobs.GLOBAL_BATCH], y[start:start + tf_jobs.GLOBAL_BATCH]
+            n = len(xb)
+            h = np.tanh(xb @ w1 + b1)
+            err = h @ w2 + b2 - yb
+            total += float(np.mean(err ** 2)) * n
+            dp = 2.0 * err / err.size
+            dz = (dp @ w2.T) * (1.0 - h ** 2)
+            grads = (xb.T @ dz, dz.sum(0), h.T @ dp, dp.sum(0))
+            w1, b1, w2, b2 = (w - tf_jobs.LEARNING_RATE * g
+                              for w, g in zip((w1, b1, w2, b2), grads))
+        losses.append(total / tf_jobs.SAMPLES)
+    return losses, [w1, b1, w2, b2]
+
+
+def assert_training_matches(run: dict, ref_losses: list[float], ref_weights: list[np.ndarray],
+                            what: str) -> None:
+    for i, (got, want) in enumerate(zip(run["weights"], ref_weights)):
+        got = np.asarray(got, dtype=np.float64)
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert err < RTOL, f"{what}: weight {i} off by {err:.2e} (relative norm)"
+    np.testing.assert_allclose(run["losses"], ref_losses, rtol=RTOL, err_msg=what)
+
+
+def test_reference_trains():
+    """The reference is a training run, not a constant: the loss falls and weights move."""
+    losses, weights = reference_training()
+    _, _, initial = tf_jobs.problem()
+    assert losses[-1] < losses[0]
+    assert all(np.linalg.norm(w - w0) > 1e-3 for w, w0 in zip(weights, initial))
+
+
+# -- what the reports say ---------------------------------------------------------------
+
+def clusters_by_key(report: Report) -> dict[str, list[tuple[int, object]]]:
+    """Cluster key -> [(index of the run that recorded it, cluster record)]."""
+    runs = {run.id: i for i, run in enumerate(report.runs)}
+    out: dict[str, list[tuple[int, object]]] = defaultdict(list)
+    for graph in report.graphs:
+        for cluster in graph.clusters:
+            out[cluster.key].append((runs[graph.run], cluster))
+    return out
+
+
+def assert_collectives_stay_in_tf(report: Report) -> None:
+    nodes = [n for g in report.graphs for n in g.nodes]
+    collectives = [n for n in nodes if n.op.startswith("Collective")]
+    assert collectives, "the replicated step has no collective: nothing was distributed"
+    for n in collectives:
+        assert n.status.value == "fallback" and n.reason.value == "framework_op", n
+    clustered = {name for g in report.graphs for c in g.clusters for name in c.nodes}
+    assert not clustered & {n.name for n in collectives}
+
+
+def assert_ran_compiled(report: Report, steps: int) -> None:
+    assert report.graphs
+    for graph in report.graphs:
+        assert graph.clusters, f"{graph.name}: no cluster"
+        for c in graph.clusters:
+            assert c.engine is not None and c.engine.value == "native", c
+            assert c.calls == graph.calls == steps, (graph.name, c)
+
+
+def steps_per_fit() -> int:
+    return tf_jobs.EPOCHS * -(-tf_jobs.SAMPLES // tf_jobs.GLOBAL_BATCH)
+
+
+# -- the jobs -----------------------------------------------------------------------------
+
+def test_mirrored_strategy_keras_fit(tmp_path, op_library):
+    cache = _fresh_cache(tmp_path, op_library)
+    out, report_path = tmp_path / "mirrored.json", tmp_path / "report.json"
+    run_job([[sys.executable, str(JOBS), "mirrored", str(out)]],
+            envs=[_env(cache, {"DISC_REPORT": str(report_path)})], timeout=TIME_LIMIT)
+    result = json.loads(out.read_text())
+    assert result["replicas"] == 2
+    ref_losses, ref_weights = reference_training()
+    assert_training_matches(result["plain"], ref_losses, ref_weights, "plain TF, mirrored")
+    assert_training_matches(result["disc"], ref_losses, ref_weights, "DISC, mirrored")
+    disc = result["disc"]
+    assert disc["fallback_warnings"] == []
+
+    report = load(report_path)
+    assert len(report.graphs) == 1  # one train function, traced once for both epochs
+    assert_ran_compiled(report, steps_per_fit())
+    assert_collectives_stay_in_tf(report)
+    by_key = clusters_by_key(report)
+    # one compilation per distinct cluster: the replicas' copies of the forward and
+    # backward pass are the same graph on another device, and load what the first built
+    for key, records in by_key.items():
+        assert sum(c.cache_misses for _, c in records) == 1, (key, records)
+        assert all(c.cache_misses + c.cache_hits == 1 for _, c in records)
+    assert disc["compiles"] == len(by_key)
+    replica_keys = {c.key for g in report.graphs for c in g.clusters
+                    if any(n.startswith("replica_1/") for n in c.nodes)}
+    first_keys = {c.key for g in report.graphs for c in g.clusters
+                  if not any(n.startswith("replica_1/") for n in c.nodes)}
+    assert replica_keys and replica_keys <= first_keys
+    compute = [c for g in report.graphs for c in g.clusters
+               if any("MatMul" in n for n in c.nodes)]
+    assert len(compute) >= 2 and len({c.key for c in compute}) < len(compute)
+
+
+def test_multi_worker_mirrored_strategy_keras_fit(tmp_path, op_library):
+    cache = _fresh_cache(tmp_path, op_library)
+    workers = 2
+    cluster = {"worker": [f"localhost:{free_port()}" for _ in range(workers)]}
+    outs = [tmp_path / f"worker{i}.json" for i in range(workers)]
+    reports = [tmp_path / f"report{i}.json" for i in range(workers)]
+    envs = [_env(cache, {"TF_CONFIG": json.dumps({"cluster": cluster,
+                                                  "task": {"type": "worker", "index": i}}),
+                         "DISC_REPORT": str(reports[i])})
+            for i in range(workers)]
+    run_job([[sys.executable, str(JOBS), "worker", str(out)] for out in outs], envs=envs,
+            timeout=TIME_LIMIT)
+    results = [json.loads(out.read_text()) for out in outs]
+    assert sorted(r["task"] for r in results) == list(range(workers))
+    ref_losses, ref_weights = reference_training()
+    for r in results:
+        assert r["replicas"] == workers
+        assert_training_matches(r["plain"], ref_losses, ref_weights,
+                                f"plain TF, worker {r['task']}")
+        assert_training_matches(r["disc"], ref_losses, ref_weights,
+                                f"DISC, worker {r['task']}")
+        assert r["disc"]["fallback_warnings"] == []
+    # the workers hold one model: their weights agree exactly after the all-reduces
+    for a, b in zip(results[0]["disc"]["weights"], results[1]["disc"]["weights"]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+    merged = Report.merge(load(p) for p in reports)
+    assert len(merged.runs) == workers
+    assert len(merged.graphs) == workers  # one train function per worker
+    assert_ran_compiled(merged, steps_per_fit())
+    assert_collectives_stay_in_tf(merged)
+    by_key = clusters_by_key(merged)
+    assert by_key
+    # one compile for all ranks: each cluster built by one worker, loaded by the other
+    for key, records in by_key.items():
+        assert sorted(run for run, _ in records) == list(range(workers)), (key, records)
+        assert sum(c.cache_misses for _, c in records) == 1, (key, records)
+        assert sum(c.cache_hits for _, c in records) == workers - 1, (key, records)
+    assert sum(r["disc"]["compiles"] for r in results) == len(by_key)

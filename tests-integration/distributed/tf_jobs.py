@@ -1,0 +1,159 @@
+"""The processes of test_tf_distribute.py: Keras ``fit`` under tf.distribute, with and
+without DISC, on one small regression problem.
+
+``python tf_jobs.py mirrored OUT.json``: one process, two logical CPUs, MirroredStrategy.
+``python tf_jobs.py worker OUT.json``: one worker of a MultiWorkerMirroredStrategy job
+(``TF_CONFIG`` names the cluster and this task).
+
+Each trains the same model from the same initial weights, first in plain TensorFlow, then
+under ``disc_tf.enable()``, and writes the initial weights, each run's per-epoch losses
+and final weights, DISC's compile count and the DISC fallback warnings to OUT.json. The
+test compares them with a float64 NumPy run of the same training on the whole global
+batch and with each other. DISC's coverage report goes where ``DISC_REPORT`` says.
+
+Global batches of 16 over 72 samples: four full batches and one of 8, so each replica
+also gets a smaller batch than the one its step was first called with.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import numpy as np
+
+SAMPLES, FEATURES, HIDDEN = 72, 8, 16
+GLOBAL_BATCH = 16
+EPOCHS = 2
+LEARNING_RATE = 0.05
+
+
+def problem() -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Inputs, targets and initial weights ([kernel1, bias1, kernel2, bias2], Keras's
+    order), the same in every process."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((SAMPLES, FEATURES)).astype(np.float32)
+    y = (np.sin(x @ rng.standard_normal((FEATURES, 1))) +
+         0.1 * rng.standard_normal((SAMPLES, 1))).astype(np.float32)
+    weights = [rng.standard_normal((FEATURES, HIDDEN)) / np.sqrt(FEATURES),
+               0.1 * rng.standard_normal(HIDDEN),
+               rng.standard_normal((HIDDEN, 1)) / np.sqrt(HIDDEN),
+               0.1 * rng.standard_normal(1)]
+    return x, y, [w.astype(np.float32) for w in weights]
+
+
+def _model(keras, weights):
+    model = keras.Sequential([keras.Input((FEATURES,)),
+                              keras.layers.Dense(HIDDEN, activation="tanh"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
+    model.set_weights(weights)
+    return model
+
+
+def _train(tf, keras, strategy, data, weights, prepare=None) -> dict:
+    with strategy.scope():
+        model = _model(keras, weights)
+    if prepare is not None:
+        prepare(model)
+    history = model.fit(data, epochs=EPOCHS, verbose=0)
+    return {"losses": [float(v) for v in history.history["loss"]],
+            "weights": [w.tolist() for w in model.get_weights()]}
+
+
+def _with_disc(run) -> dict:
+    """``run()`` under disc_tf.enable(), with the DISC fallback warnings it raised."""
+    import disc_tf
+
+    before = disc_tf.compile_count()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        disc_tf.enable()
+        try:
+            out = run()
+        finally:
+            disc_tf.disable()
+    out["compiles"] = disc_tf.compile_count() - before
+    out["fallback_warnings"] = [str(w.message) for w in caught
+                                if issubclass(w.category, disc_tf.DiscFallbackWarning)]
+    return out
+
+
+def mirrored(out_path: str) -> None:
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+
+    x, y, weights = problem()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+    result = {"replicas": strategy.num_replicas_in_sync, "initial": [w.tolist() for w in weights],
+              "plain": _train(tf, keras, strategy, data, weights),
+              "disc": _with_disc(lambda: _train(tf, keras, strategy, data, weights))}
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+def _keras_multi_worker_fixes(tf, model) -> None:
+    """Two Keras 3 bugs stop ``fit`` under MultiWorkerMirroredStrategy with or without
+    DISC (tensorflow/tensorflow#72388; Keras 3.15.1 here):
+
+    * ``_maybe_symbolic_build`` reduces the first (x, y) batch with ``strategy.reduce``,
+      which this strategy cannot do for a tuple. The model is built here from one sample
+      instead, which is what that build needs.
+    * the train step reduces its scalar metrics with ``strategy.reduce("MEAN", v,
+      axis=0)``: "Invalid reduction dimension 0 for input with 0 dimensions". They are
+      reduced over replicas (``axis=None``) instead.
+    """
+    from keras.src.backend.tensorflow import trainer
+
+    x, y, _ = problem()
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=(x[:1], y[:1]))
+    model._maybe_symbolic_build = lambda *args, **kwargs: None
+    if getattr(trainer.reduce_per_replica, "_scalar_mean", False):
+        return
+    original = trainer.reduce_per_replica
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and \
+                trainer._collective_all_reduce_multi_worker(strategy):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica._scalar_mean = True
+    trainer.reduce_per_replica = reduce_per_replica
+
+
+def worker(out_path: str) -> None:
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    import keras
+
+    x, y, weights = problem()
+    options = tf.data.Options()
+    # each worker takes its half of every global batch (the single-process batches)
+    options.experimental_distribute.auto_shard_policy = \
+        tf.data.experimental.AutoShardPolicy.DATA
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).with_options(options)
+
+    def prepare(model):
+        _keras_multi_worker_fixes(tf, model)
+
+    result = {"task": strategy.cluster_resolver.task_id,
+              "replicas": strategy.num_replicas_in_sync,
+              "initial": [w.tolist() for w in weights],
+              "plain": _train(tf, keras, strategy, data, weights, prepare),
+              "disc": _with_disc(lambda: _train(tf, keras, strategy, data, weights, prepare))}
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    {"mirrored": mirrored, "worker": worker}[sys.argv[1]](sys.argv[2])
