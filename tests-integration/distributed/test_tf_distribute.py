@@ -144,38 +144,67 @@ def steps_per_fit() -> int:
 
 # -- the jobs -----------------------------------------------------------------------------
 
-def test_mirrored_strategy_keras_fit(tmp_path, op_library):
-    cache = _fresh_cache(tmp_path, op_library)
-    out, report_path = tmp_path / "mirrored.json", tmp_path / "report.json"
+@pytest.fixture(scope="module")
+def mirrored_job(tmp_path_factory, op_library) -> tuple[dict, Report]:
+    """The MirroredStrategy process's results and DISC report (Keras fit, then a custom
+    loop, each plain and with DISC), from a cold compile cache."""
+    tmp = tmp_path_factory.mktemp("mirrored")
+    cache = _fresh_cache(tmp, op_library)
+    out, report_path = tmp / "mirrored.json", tmp / "report.json"
     run_job([[sys.executable, str(JOBS), "mirrored", str(out)]],
             envs=[_env(cache, {"DISC_REPORT": str(report_path)})], timeout=TIME_LIMIT)
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text()), load(report_path)
+
+
+def _only(report: Report, graph_name: str) -> Report:
+    return Report(runs=report.runs, graphs=[g for g in report.graphs if g.name == graph_name])
+
+
+def test_mirrored_strategy_compiles_each_cluster_once(mirrored_job):
+    """Across the whole process (both trainings, both replicas): every distinct cluster
+    compiled once, every other occurrence loaded; the replicas' copies of the forward and
+    backward pass are the same graph on another device and share their compilation."""
+    result, report = mirrored_job
+    by_key = clusters_by_key(report)
+    for key, records in by_key.items():
+        assert sum(c.cache_misses for _, c in records) == 1, (key, records)
+        assert all(c.cache_misses + c.cache_hits == 1 for _, c in records)
+    assert result["disc"]["compiles"] + result["loop_disc"]["compiles"] == len(by_key)
+    for name in ("multi_step_on_iterator", "train_step"):
+        # each replica's backward pass is one cluster, the same graph on its own device
+        # (a replica's forward may differ: replica 0's takes in ops of the cross-replica
+        # reduction placed on its device)
+        backward = [c for g in _only(report, name).graphs for c in g.clusters
+                    if any("TanhGrad" in n for n in c.nodes)]
+        assert len(backward) == 2, (name, backward)
+        assert backward[0].key == backward[1].key, name
+        assert sum(c.cache_misses for c in backward) <= 1, name
+
+
+def test_mirrored_strategy_keras_fit(mirrored_job):
+    result, report = mirrored_job
     assert result["replicas"] == 2
     ref_losses, ref_weights = reference_training()
     assert_training_matches(result["plain"], ref_losses, ref_weights, "plain TF, mirrored")
     assert_training_matches(result["disc"], ref_losses, ref_weights, "DISC, mirrored")
-    disc = result["disc"]
-    assert disc["fallback_warnings"] == []
+    assert result["disc"]["fallback_warnings"] == []
+    fit = _only(report, "multi_step_on_iterator")
+    assert len(fit.graphs) == 1  # one train function, traced once for both epochs
+    assert_ran_compiled(fit, steps_per_fit())
+    assert_collectives_stay_in_tf(fit)
 
-    report = load(report_path)
-    assert len(report.graphs) == 1  # one train function, traced once for both epochs
-    assert_ran_compiled(report, steps_per_fit())
-    assert_collectives_stay_in_tf(report)
-    by_key = clusters_by_key(report)
-    # one compilation per distinct cluster: the replicas' copies of the forward and
-    # backward pass are the same graph on another device, and load what the first built
-    for key, records in by_key.items():
-        assert sum(c.cache_misses for _, c in records) == 1, (key, records)
-        assert all(c.cache_misses + c.cache_hits == 1 for _, c in records)
-    assert disc["compiles"] == len(by_key)
-    replica_keys = {c.key for g in report.graphs for c in g.clusters
-                    if any(n.startswith("replica_1/") for n in c.nodes)}
-    first_keys = {c.key for g in report.graphs for c in g.clusters
-                  if not any(n.startswith("replica_1/") for n in c.nodes)}
-    assert replica_keys and replica_keys <= first_keys
-    compute = [c for g in report.graphs for c in g.clusters
-               if any("MatMul" in n for n in c.nodes)]
-    assert len(compute) >= 2 and len({c.key for c in compute}) < len(compute)
+
+def test_mirrored_strategy_custom_loop(mirrored_job):
+    """``strategy.run`` inside a tf.function, gradients all-reduced by the step itself."""
+    result, report = mirrored_job
+    ref_losses, ref_weights = reference_training()
+    assert_training_matches(result["loop_plain"], ref_losses, ref_weights, "plain TF, loop")
+    assert_training_matches(result["loop_disc"], ref_losses, ref_weights, "DISC, loop")
+    assert result["loop_disc"]["fallback_warnings"] == []
+    loop = _only(report, "train_step")
+    assert len(loop.graphs) == 1  # a new iterator each epoch, one trace
+    assert_ran_compiled(loop, steps_per_fit())
+    assert_collectives_stay_in_tf(loop)
 
 
 def test_multi_worker_mirrored_strategy_keras_fit(tmp_path, op_library):

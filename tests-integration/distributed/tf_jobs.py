@@ -1,7 +1,8 @@
 """The processes of test_tf_distribute.py: Keras ``fit`` under tf.distribute, with and
 without DISC, on one small regression problem.
 
-``python tf_jobs.py mirrored OUT.json``: one process, two logical CPUs, MirroredStrategy.
+``python tf_jobs.py mirrored OUT.json``: one process, two logical CPUs, MirroredStrategy
+(Keras ``fit``, then the same training as a custom loop).
 ``python tf_jobs.py worker OUT.json``: one worker of a MultiWorkerMirroredStrategy job
 (``TF_CONFIG`` names the cluster and this task).
 
@@ -80,6 +81,41 @@ def _with_disc(run) -> dict:
     return out
 
 
+def _custom_loop(tf, strategy, data, weights) -> dict:
+    """The same training as a custom loop: ``strategy.run`` of a step that takes its own
+    gradients and all-reduces them (``ReplicaContext.all_reduce``), in a tf.function
+    called once per batch with the epoch's iterator (a new one each epoch)."""
+    with strategy.scope():
+        w1, b1, w2, b2 = (tf.Variable(w) for w in weights)
+    variables = [w1, b1, w2, b2]
+    dist = strategy.experimental_distribute_dataset(data)
+
+    @tf.function
+    def train_step(iterator):
+        def step(x, y):
+            ctx = tf.distribute.get_replica_context()
+            global_n = ctx.all_reduce("sum", tf.cast(tf.shape(x)[0], tf.float32))
+            with tf.GradientTape() as tape:
+                h = tf.tanh(tf.matmul(x, w1) + b1)
+                loss = tf.reduce_sum(tf.square(tf.matmul(h, w2) + b2 - y)) / global_n
+            grads = ctx.all_reduce("sum", tape.gradient(loss, variables))
+            for v, g in zip(variables, grads):
+                v.assign_sub(LEARNING_RATE * g)
+            return loss * global_n, global_n
+
+        total, n = strategy.run(step, args=next(iterator))
+        return (strategy.reduce("SUM", total, axis=None),
+                strategy.reduce("MEAN", n, axis=None))
+
+    losses = []
+    steps = -(-SAMPLES // GLOBAL_BATCH)
+    for _epoch in range(EPOCHS):
+        iterator = iter(dist)
+        sums = [train_step(iterator) for _ in range(steps)]
+        losses.append(float(sum(float(t) for t, _ in sums) / sum(float(n) for _, n in sums)))
+    return {"losses": losses, "weights": [v.numpy().tolist() for v in variables]}
+
+
 def mirrored(out_path: str) -> None:
     import tensorflow as tf
 
@@ -93,7 +129,9 @@ def mirrored(out_path: str) -> None:
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
     result = {"replicas": strategy.num_replicas_in_sync, "initial": [w.tolist() for w in weights],
               "plain": _train(tf, keras, strategy, data, weights),
-              "disc": _with_disc(lambda: _train(tf, keras, strategy, data, weights))}
+              "disc": _with_disc(lambda: _train(tf, keras, strategy, data, weights)),
+              "loop_plain": _custom_loop(tf, strategy, data, weights),
+              "loop_disc": _with_disc(lambda: _custom_loop(tf, strategy, data, weights))}
     with open(out_path, "w") as f:
         json.dump(result, f)
 
