@@ -1,21 +1,21 @@
 """Keras ``fit`` under tf.distribute with DISC: MirroredStrategy over two logical CPUs in
-one process, and MultiWorkerMirroredStrategy with two local worker processes (gRPC
-collectives on localhost).
+one process (and a custom training loop there), and MultiWorkerMirroredStrategy with two
+local worker processes (gRPC collectives on localhost).
 
 Each job trains plain TensorFlow and then DISC from the same initial weights
 (``tf_jobs.py``). Checked here: the final weights and per-epoch losses of both against a
 float64 NumPy run of the same SGD on the whole global batches (what data parallelism must
 reproduce) and against each other; collectives stay in TensorFlow; DISC compiled each
-distinct cluster once, replicas and workers included (the workers share one cold compile
-cache: one builds, the other waits on the entry's lock and loads it); no fallback.
+distinct cluster once, replicas and workers included (the workers share one cold cache:
+one builds each entry, and the DiscLaunch op library, the other waits on its lock and
+loads it); no fallback.
 
-Needs TensorFlow (the ``tf`` tox env runs this file); about a minute on 2 cores.
+Needs TensorFlow (the ``tf`` tox env runs this file); 1-2 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -44,24 +44,6 @@ def _env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
         env.pop(inherited, None)
     env.update(extra or {})
     return env
-
-
-@pytest.fixture(scope="module")
-def op_library(tmp_path_factory) -> Path:
-    """A cache holding only the DiscLaunch op library, built once (~12 s), which each
-    job's fresh compile cache starts from: the compile counts below are about clusters."""
-    cache = tmp_path_factory.mktemp("oplib")
-    run_job([[sys.executable, "-c", "from disc_tf.custom_op import load_library; "
-              "load_library()"]], envs=[_env(cache)], timeout=TIME_LIMIT)
-    assert (cache / "tf_ops").is_dir()
-    return cache / "tf_ops"
-
-
-def _fresh_cache(tmp_path: Path, op_library: Path) -> Path:
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    shutil.copytree(op_library, cache / "tf_ops")
-    return cache
 
 
 # -- the reference: the same training in float64 NumPy, one process, global batches -----
@@ -145,11 +127,11 @@ def steps_per_fit() -> int:
 # -- the jobs -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def mirrored_job(tmp_path_factory, op_library) -> tuple[dict, Report]:
+def mirrored_job(tmp_path_factory) -> tuple[dict, Report]:
     """The MirroredStrategy process's results and DISC report (Keras fit, then a custom
-    loop, each plain and with DISC), from a cold compile cache."""
+    loop, each plain and with DISC), from a cold cache."""
     tmp = tmp_path_factory.mktemp("mirrored")
-    cache = _fresh_cache(tmp, op_library)
+    cache = tmp / "cache"
     out, report_path = tmp / "mirrored.json", tmp / "report.json"
     run_job([[sys.executable, str(JOBS), "mirrored", str(out)]],
             envs=[_env(cache, {"DISC_REPORT": str(report_path)})], timeout=TIME_LIMIT)
@@ -170,6 +152,7 @@ def test_mirrored_strategy_compiles_each_cluster_once(mirrored_job):
         assert sum(c.cache_misses for _, c in records) == 1, (key, records)
         assert all(c.cache_misses + c.cache_hits == 1 for _, c in records)
     assert result["disc"]["compiles"] + result["loop_disc"]["compiles"] == len(by_key)
+    assert result["loop_disc"]["op_library_builds"] == 1  # cold cache: built once
     for name in ("multi_step_on_iterator", "train_step"):
         # each replica's backward pass is one cluster, the same graph on its own device
         # (a replica's forward may differ: replica 0's takes in ops of the cross-replica
@@ -207,8 +190,8 @@ def test_mirrored_strategy_custom_loop(mirrored_job):
     assert_collectives_stay_in_tf(loop)
 
 
-def test_multi_worker_mirrored_strategy_keras_fit(tmp_path, op_library):
-    cache = _fresh_cache(tmp_path, op_library)
+def test_multi_worker_mirrored_strategy_keras_fit(tmp_path):
+    cache = tmp_path / "cache"  # cold: no op library, no compiled cluster
     workers = 2
     cluster = {"worker": [f"localhost:{free_port()}" for _ in range(workers)]}
     outs = [tmp_path / f"worker{i}.json" for i in range(workers)]
@@ -246,3 +229,5 @@ def test_multi_worker_mirrored_strategy_keras_fit(tmp_path, op_library):
         assert sum(c.cache_misses for _, c in records) == 1, (key, records)
         assert sum(c.cache_hits for _, c in records) == workers - 1, (key, records)
     assert sum(r["disc"]["compiles"] for r in results) == len(by_key)
+    # the DiscLaunch op library too: one worker built it, the other waited and loaded it
+    assert sorted(r["disc"]["op_library_builds"] for r in results) == [0, 1]

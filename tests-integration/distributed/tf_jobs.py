@@ -8,7 +8,8 @@ without DISC, on one small regression problem.
 
 Each trains the same model from the same initial weights, first in plain TensorFlow, then
 under ``disc_tf.enable()``, and writes the initial weights, each run's per-epoch losses
-and final weights, DISC's compile count and the DISC fallback warnings to OUT.json. The
+and final weights, DISC's compile count, how many times it built the DiscLaunch op
+library, and the DISC fallback warnings to OUT.json. The
 test compares them with a float64 NumPy run of the same training on the whole global
 batch and with each other. DISC's coverage report goes where ``DISC_REPORT`` says.
 
@@ -66,6 +67,7 @@ def _train(tf, keras, strategy, data, weights, prepare=None) -> dict:
 def _with_disc(run) -> dict:
     """``run()`` under disc_tf.enable(), with the DISC fallback warnings it raised."""
     import disc_tf
+    import disc_tf.custom_op
 
     before = disc_tf.compile_count()
     with warnings.catch_warnings(record=True) as caught:
@@ -76,6 +78,7 @@ def _with_disc(run) -> dict:
         finally:
             disc_tf.disable()
     out["compiles"] = disc_tf.compile_count() - before
+    out["op_library_builds"] = disc_tf.custom_op.build_count()
     out["fallback_warnings"] = [str(w.message) for w in caught
                                 if issubclass(w.category, disc_tf.DiscFallbackWarning)]
     return out
