@@ -231,10 +231,17 @@ class DiscFunction:
                         f is args[i] for f, i in zip(flat, tensors)):
                     self._fast[fast] = (entry, tensors)
         start = time.perf_counter()
-        if entry.rebuilt_differentiable:
-            out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
-        else:
-            out = self._call_keeping_gradient(entry, flat)
+        try:
+            if entry.rebuilt_differentiable:
+                out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
+            else:
+                out = self._call_keeping_gradient(entry, flat)
+        except Exception:
+            # a cluster that failed in this call (its fallback then raised TensorFlow's
+            # error for bad input) is reported now, not at some later call of any function
+            if tf.executing_eagerly():
+                _check_launches()
+            raise
         # the rebuilt function returns a flat list: restore the Python function's structure
         out = cf.function_type.pack_output(tf.nest.flatten(out, expand_composites=True))
         if tf.executing_eagerly():
