@@ -190,12 +190,16 @@ def test_mirrored_strategy_custom_loop(mirrored_job):
     assert_collectives_stay_in_tf(loop)
 
 
-def test_multi_worker_mirrored_strategy_keras_fit(tmp_path):
-    cache = tmp_path / "cache"  # cold: no op library, no compiled cluster
+@pytest.fixture(scope="module")
+def multi_worker_job(tmp_path_factory) -> tuple[list[dict], list[Report]]:
+    """Two MultiWorkerMirroredStrategy workers on localhost sharing one cold cache: each
+    one's results and DISC report, in task order."""
+    tmp = tmp_path_factory.mktemp("workers")
+    cache = tmp / "cache"  # cold: no op library, no compiled cluster
     workers = 2
     cluster = {"worker": [f"localhost:{free_port()}" for _ in range(workers)]}
-    outs = [tmp_path / f"worker{i}.json" for i in range(workers)]
-    reports = [tmp_path / f"report{i}.json" for i in range(workers)]
+    outs = [tmp / f"worker{i}.json" for i in range(workers)]
+    reports = [tmp / f"report{i}.json" for i in range(workers)]
     envs = [_env(cache, {"TF_CONFIG": json.dumps({"cluster": cluster,
                                                   "task": {"type": "worker", "index": i}}),
                          "DISC_REPORT": str(reports[i])})
@@ -203,7 +207,13 @@ def test_multi_worker_mirrored_strategy_keras_fit(tmp_path):
     run_job([[sys.executable, str(JOBS), "worker", str(out)] for out in outs], envs=envs,
             timeout=TIME_LIMIT)
     results = [json.loads(out.read_text()) for out in outs]
-    assert sorted(r["task"] for r in results) == list(range(workers))
+    assert [r["task"] for r in results] == list(range(workers))
+    return results, [load(p) for p in reports]
+
+
+def test_multi_worker_mirrored_strategy_keras_fit(multi_worker_job):
+    results, worker_reports = multi_worker_job
+    workers = len(results)
     ref_losses, ref_weights = reference_training()
     for r in results:
         assert r["replicas"] == workers
@@ -216,9 +226,10 @@ def test_multi_worker_mirrored_strategy_keras_fit(tmp_path):
     for a, b in zip(results[0]["disc"]["weights"], results[1]["disc"]["weights"]):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
-    merged = Report.merge(load(p) for p in reports)
+    for r in worker_reports:  # the DISC training's train function, then the mixed one's
+        assert [g.name for g in r.graphs] == ["multi_step_on_iterator"] * 2
+    merged = Report.merge(Report(runs=r.runs, graphs=r.graphs[:1]) for r in worker_reports)
     assert len(merged.runs) == workers
-    assert len(merged.graphs) == workers  # one train function per worker
     assert_ran_compiled(merged, steps_per_fit())
     assert_collectives_stay_in_tf(merged)
     by_key = clusters_by_key(merged)
@@ -231,3 +242,27 @@ def test_multi_worker_mirrored_strategy_keras_fit(tmp_path):
     assert sum(r["disc"]["compiles"] for r in results) == len(by_key)
     # the DiscLaunch op library too: one worker built it, the other waited and loaded it
     assert sorted(r["disc"]["op_library_builds"] for r in results) == [0, 1]
+
+
+def test_multi_worker_job_survives_one_worker_falling_back(multi_worker_job):
+    """DISC's compiler fails on worker 1 only: its step runs in TensorFlow (warnings and
+    compile_error in its report) while worker 0 runs DISC's; the collectives still pair
+    up, the training is the reference's and the workers' weights stay equal."""
+    results, worker_reports = multi_worker_job
+    ref_losses, ref_weights = reference_training()
+    for r in results:
+        assert_training_matches(r["mixed"], ref_losses, ref_weights, f"mixed, worker {r['task']}")
+    for a, b in zip(results[0]["mixed"]["weights"], results[1]["mixed"]["weights"]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert results[0]["mixed"]["fallback_warnings"] == []
+    assert results[0]["mixed"]["compiles"] == 0  # loads what the first DISC training built
+    warned = results[1]["mixed"]["fallback_warnings"]
+    assert warned and all("injected compile failure" in w for w in warned), warned
+    disc_graph, failing_graph = worker_reports[0].graphs[1], worker_reports[1].graphs[1]
+    assert disc_graph.clusters and all(
+        c.engine is not None and c.engine.value == "native" and c.calls == disc_graph.calls
+        for c in disc_graph.clusters)
+    reasons = {n.reason.value for n in failing_graph.nodes if n.reason is not None}
+    assert "compile_error" in reasons
+    assert not any(c.engine is not None and c.engine.value == "native"
+                   for c in failing_graph.clusters)

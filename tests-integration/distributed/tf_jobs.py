@@ -4,7 +4,8 @@ without DISC, on one small regression problem.
 ``python tf_jobs.py mirrored OUT.json``: one process, two logical CPUs, MirroredStrategy
 (Keras ``fit``, then the same training as a custom loop).
 ``python tf_jobs.py worker OUT.json``: one worker of a MultiWorkerMirroredStrategy job
-(``TF_CONFIG`` names the cluster and this task).
+(``TF_CONFIG`` names the cluster and this task); a third training there has DISC's
+compiler fail on worker 1 only.
 
 Each trains the same model from the same initial weights, first in plain TensorFlow, then
 under ``disc_tf.enable()``, and writes the initial weights, each run's per-epoch losses
@@ -171,6 +172,19 @@ def _keras_multi_worker_fixes(tf, model) -> None:
     trainer.reduce_per_replica = reduce_per_replica
 
 
+def _refuse_compiles() -> None:
+    """Make every DISC compilation in this process fail from now on (a rank whose
+    compiler breaks: its clusters must fall back to TensorFlow without breaking the job)."""
+    import disc_tf.api
+    import disc_tf.partition
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("injected compile failure (test)")
+
+    disc_tf.api.compile_cluster = refuse
+    disc_tf.partition.compile_cluster = refuse
+
+
 def worker(out_path: str) -> None:
     import tensorflow as tf
 
@@ -192,6 +206,11 @@ def worker(out_path: str) -> None:
               "initial": [w.tolist() for w in weights],
               "plain": _train(tf, keras, strategy, data, weights, prepare),
               "disc": _with_disc(lambda: _train(tf, keras, strategy, data, weights, prepare))}
+    # then again with DISC failing to compile on worker 1 only: it runs its step in
+    # TensorFlow while worker 0 runs DISC's, and the collectives still pair up
+    if result["task"] == 1:
+        _refuse_compiles()
+    result["mixed"] = _with_disc(lambda: _train(tf, keras, strategy, data, weights, prepare))
     with open(out_path, "w") as f:
         json.dump(result, f)
 
