@@ -124,6 +124,10 @@ def steps_per_fit() -> int:
     return tf_jobs.EPOCHS * -(-tf_jobs.SAMPLES // tf_jobs.GLOBAL_BATCH)
 
 
+#: the conv model's steps
+EPOCHS_STEPS_CONV = tf_jobs.EPOCHS * -(-tf_jobs.CONV_SAMPLES // tf_jobs.GLOBAL_BATCH)
+
+
 # -- the jobs -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -138,8 +142,16 @@ def mirrored_job(tmp_path_factory) -> tuple[dict, Report]:
     return json.loads(out.read_text()), load(report_path)
 
 
-def _only(report: Report, graph_name: str) -> Report:
-    return Report(runs=report.runs, graphs=[g for g in report.graphs if g.name == graph_name])
+def _only(report: Report, graph_name: str, index: int = 0) -> Report:
+    """The ``index``-th graph named ``graph_name`` (in the order the process traced them:
+    the MLP's Keras train function is the first ``multi_step_on_iterator``, the conv
+    model's the second)."""
+    graphs = [g for g in report.graphs if g.name == graph_name]
+    return Report(runs=report.runs, graphs=graphs[index:index + 1])
+
+
+def _mlp_graphs(report: Report) -> list:
+    return _only(report, "multi_step_on_iterator").graphs + _only(report, "train_step").graphs
 
 
 def test_mirrored_strategy_compiles_each_cluster_once(mirrored_job):
@@ -151,14 +163,15 @@ def test_mirrored_strategy_compiles_each_cluster_once(mirrored_job):
     for key, records in by_key.items():
         assert sum(c.cache_misses for _, c in records) == 1, (key, records)
         assert all(c.cache_misses + c.cache_hits == 1 for _, c in records)
-    assert result["disc"]["compiles"] + result["loop_disc"]["compiles"] == len(by_key)
+    assert sum(result[run]["compiles"] for run in ("disc", "loop_disc", "conv_disc")) == \
+        len(by_key)
     assert result["loop_disc"]["op_library_builds"] == 1  # cold cache: built once
-    for name in ("multi_step_on_iterator", "train_step"):
+    for graph in _mlp_graphs(report):
         # each replica's backward pass is one cluster, the same graph on its own device
         # (a replica's forward may differ: replica 0's takes in ops of the cross-replica
         # reduction placed on its device)
-        backward = [c for g in _only(report, name).graphs for c in g.clusters
-                    if any("TanhGrad" in n for n in c.nodes)]
+        name = graph.name
+        backward = [c for c in graph.clusters if any("TanhGrad" in n for n in c.nodes)]
         assert len(backward) == 2, (name, backward)
         assert backward[0].key == backward[1].key, name
         assert sum(c.cache_misses for c in backward) <= 1, name
@@ -209,6 +222,27 @@ def multi_worker_job(tmp_path_factory) -> tuple[list[dict], list[Report]]:
     results = [json.loads(out.read_text()) for out in outs]
     assert [r["task"] for r in results] == list(range(workers))
     return results, [load(p) for p in reports]
+
+
+def test_mirrored_strategy_conv_batchnorm_adam(mirrored_job):
+    """Batch norm's moving statistics, Adam's slots and the metrics under MirroredStrategy:
+    every weight (moving statistics included) and loss as plain TensorFlow's."""
+    result, report = mirrored_job
+    plain, disc = result["conv_plain"], result["conv_disc"]
+    assert disc["fallback_warnings"] == []
+    assert len(plain["weights"]) == len(disc["weights"]) == 7  # BN: 2 weights, 2 statistics
+    for i, (a, b) in enumerate(zip(plain["weights"], disc["weights"])):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        err = np.linalg.norm(b - a) / np.linalg.norm(a)
+        assert err < RTOL, f"weight {i} off by {err:.2e}"
+    np.testing.assert_allclose(disc["losses"], plain["losses"], rtol=RTOL)
+    assert plain["losses"][-1] < plain["losses"][0]
+    conv = _only(report, "multi_step_on_iterator", 1)
+    assert len(conv.graphs) == 1
+    assert_ran_compiled(conv, EPOCHS_STEPS_CONV)
+    assert_collectives_stay_in_tf(conv)
+    ops = {n.op for g in conv.graphs for n in g.nodes if n.status.value == "compiled"}
+    assert {"Conv2D", "Conv2DBackpropFilter"} <= ops, ops
 
 
 def test_multi_worker_mirrored_strategy_keras_fit(multi_worker_job):

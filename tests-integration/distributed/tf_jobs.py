@@ -2,7 +2,8 @@
 without DISC, on one small regression problem.
 
 ``python tf_jobs.py mirrored OUT.json``: one process, two logical CPUs, MirroredStrategy
-(Keras ``fit``, then the same training as a custom loop).
+(Keras ``fit``, the same training as a custom loop, then a convolution / batch norm / Adam
+model).
 ``python tf_jobs.py worker OUT.json``: one worker of a MultiWorkerMirroredStrategy job
 (``TF_CONFIG`` names the cluster and this task); a third training there has DISC's
 compiler fail on worker 1 only.
@@ -27,6 +28,7 @@ import warnings
 import numpy as np
 
 SAMPLES, FEATURES, HIDDEN = 72, 8, 16
+CONV_SAMPLES = 40
 GLOBAL_BATCH = 16
 EPOCHS = 2
 LEARNING_RATE = 0.05
@@ -120,6 +122,30 @@ def _custom_loop(tf, strategy, data, weights) -> dict:
     return {"losses": losses, "weights": [v.numpy().tolist() for v in variables]}
 
 
+def _conv_batchnorm_adam(tf, keras, strategy) -> dict:
+    """A second model under MirroredStrategy: convolution, batch norm (its moving
+    statistics are per-replica assignments TensorFlow aggregates), Adam, a sparse
+    cross-entropy and an accuracy metric. Compared with plain TensorFlow only: the
+    convolution has no bias, whose gradient ahead of a batch norm is zero in exact
+    arithmetic and which Adam's normalization would turn from round-off into steps."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((CONV_SAMPLES, 8, 8, 3)).astype(np.float32)
+    y = rng.integers(0, 4, CONV_SAMPLES).astype(np.int32)
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([
+            keras.Input((8, 8, 3)), keras.layers.Conv2D(6, 3, padding="same", use_bias=False),
+            keras.layers.BatchNormalization(), keras.layers.ReLU(),
+            keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
+        model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    history = model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False,
+                        verbose=0)
+    return {"losses": [float(v) for v in history.history["loss"]],
+            "weights": [w.tolist() for w in model.get_weights()]}
+
+
 def mirrored(out_path: str) -> None:
     import tensorflow as tf
 
@@ -135,7 +161,9 @@ def mirrored(out_path: str) -> None:
               "plain": _train(tf, keras, strategy, data, weights),
               "disc": _with_disc(lambda: _train(tf, keras, strategy, data, weights)),
               "loop_plain": _custom_loop(tf, strategy, data, weights),
-              "loop_disc": _with_disc(lambda: _custom_loop(tf, strategy, data, weights))}
+              "loop_disc": _with_disc(lambda: _custom_loop(tf, strategy, data, weights)),
+              "conv_plain": _conv_batchnorm_adam(tf, keras, strategy),
+              "conv_disc": _with_disc(lambda: _conv_batchnorm_adam(tf, keras, strategy))}
     with open(out_path, "w") as f:
         json.dump(result, f)
 
