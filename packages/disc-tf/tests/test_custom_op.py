@@ -43,6 +43,57 @@ def test_library_is_cached_and_rebuilt_after_clearing(tmp_path):
     assert _run(cache) == (1, path)  # cleared: built again
 
 
+def test_a_build_held_by_another_process_is_waited_for_not_repeated(tmp_path, monkeypatch):
+    """The workers of a distributed job start on a cold cache together: while one holds the
+    build lock, another waits for it, then takes the library it published (here a file
+    that is not a library, so loading it fails) instead of building its own."""
+    import fcntl
+    import threading
+    import time
+
+    builds: list[object] = []
+    monkeypatch.setattr(custom_op, "_build", lambda target: builds.append(target))
+    target = custom_op.library_dir(tmp_path) / custom_op.LIB_NAME
+    target.parent.mkdir(parents=True)
+    fd = os.open(target.parent / custom_op.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another process is building
+    outcome: dict[str, BaseException] = {}
+
+    def load() -> None:
+        try:
+            custom_op.load_library(tmp_path)
+        except BaseException as exc:  # noqa: BLE001  (the result is checked below)
+            outcome["error"] = exc
+
+    waiter = threading.Thread(target=load)
+    waiter.start()
+    time.sleep(1.0)
+    assert waiter.is_alive()  # waiting on the lock, not building
+    target.write_bytes(b"published by the other process")
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    waiter.join(60)
+    assert not waiter.is_alive()
+    assert builds == []  # it found the published file after the wait
+    assert "error" in outcome and not isinstance(outcome["error"], custom_op.CustomOpUnavailable)
+
+
+def test_without_a_competitor_the_lock_builds_once(tmp_path, monkeypatch):
+    builds: list[object] = []
+
+    def fake_build(target):
+        builds.append(target)
+        raise custom_op.CustomOpUnavailable("fake build")
+
+    monkeypatch.setattr(custom_op, "_build", fake_build)
+    for _ in range(2):  # a failed build is not retried in the same process
+        try:
+            custom_op.load_library(tmp_path)
+        except custom_op.CustomOpUnavailable as exc:
+            assert "fake build" in str(exc)
+    assert builds == [custom_op.library_dir(tmp_path) / custom_op.LIB_NAME]
+
+
 def test_library_key_names_the_tensorflow_version():
     import tensorflow as tf
 

@@ -231,3 +231,25 @@ def test_accuracy_guard_says_it_is_off_under_numpy_function():
                          execution="numpy_function")
     with pytest.warns(disc_tf.DiscFallbackWarning, match="clusters are not checked"):
         f(rand([3, 2]))
+
+
+def test_a_call_that_raises_reports_its_cluster_failure_at_once():
+    """A cluster whose run-time check fails hands the call to its TensorFlow ops; when
+    those raise (bad input, as without DISC), the failure is warned about and reported by
+    that call, not at the next call of whatever DISC function comes next."""
+    def bad_matmul(a, b):
+        return tf.nn.relu(tf.matmul(a * 2.0, b) + 1.0)
+
+    spec = tf.TensorSpec([None, None], tf.float32)
+    f = disc_tf.function(bad_matmul, input_signature=[spec, spec])
+    assert_same(f(rand([3, 4]), rand([4, 5])), bad_matmul(rand([3, 4]), rand([4, 5])))
+    assert f.uses_disc()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            f(rand([3, 4]), rand([6, 5]))  # inner dims differ
+    messages = [str(w.message) for w in record
+                if issubclass(w.category, disc_tf.DiscFallbackWarning)]
+    assert any("bad_matmul" in m and "runtime_error" in m for m in messages), messages
+    failed = [c for c in f.coverage().clusters if c.engine is not None]
+    assert any(c.engine.value == "framework" for c in failed), failed

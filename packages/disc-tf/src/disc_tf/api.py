@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import record
 from tensorflow.python.eager.polymorphic_function import autograph_util, function_type_utils
+from tensorflow.python.framework.composite_tensor import CompositeTensor
 from tensorflow.python.framework.ops import EagerTensor
 
 from disc_core.bridge import fallback
@@ -101,6 +102,11 @@ def _relax(x: Any) -> Any:
 def _key_of(x: Any) -> Any:
     if isinstance(x, tf.TensorSpec):
         return ("T", x.dtype.name, x.shape.rank)
+    if isinstance(x, CompositeTensor) and not isinstance(x, tf.Variable):
+        # by type, as tf.function keys it: Keras's fit passes a new dataset iterator
+        # (a tf.data or tf.distribute iterator) every epoch, and keyed by identity each
+        # epoch traced, analyzed and rebuilt the train function again
+        return ("C", type(x).__name__, x._type_spec)  # noqa: SLF001
     try:
         hash(x)
     except TypeError:
@@ -225,10 +231,17 @@ class DiscFunction:
                         f is args[i] for f, i in zip(flat, tensors)):
                     self._fast[fast] = (entry, tensors)
         start = time.perf_counter()
-        if entry.rebuilt_differentiable:
-            out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
-        else:
-            out = self._call_keeping_gradient(entry, flat)
+        try:
+            if entry.rebuilt_differentiable:
+                out = entry.rebuilt._call_flat(flat, entry.rebuilt.captured_inputs)  # noqa: SLF001
+            else:
+                out = self._call_keeping_gradient(entry, flat)
+        except Exception:
+            # a cluster that failed in this call (its fallback then raised TensorFlow's
+            # error for bad input) is reported now, not at some later call of any function
+            if tf.executing_eagerly():
+                _check_launches()
+            raise
         # the rebuilt function returns a flat list: restore the Python function's structure
         out = cf.function_type.pack_output(tf.nest.flatten(out, expand_composites=True))
         if tf.executing_eagerly():
@@ -468,8 +481,9 @@ class DiscFunction:
             return entry
         entry.launches = launches
         if any(overrides_gradient(op) for op in cf.graph.get_operations()):
-            if [id(t) for t in entry.rebuilt.captured_inputs] != \
-                    [id(t) for t in cf.captured_inputs]:
+            # by identity of what is captured (a call-time capture is its closure)
+            if [id(t) for t in entry.rebuilt._captured_inputs] != \
+                    [id(t) for t in cf._captured_inputs]:  # noqa: SLF001
                 # the original's gradient could not be attached to a call of the rebuilt
                 # function (its inputs differ): this function stays in TensorFlow
                 warn_once(f"DISC: function {name} runs in TensorFlow: it has custom "

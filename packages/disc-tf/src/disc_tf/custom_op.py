@@ -4,11 +4,14 @@ The op library is compiled once per (TensorFlow version, source, runtime ABI) wi
 system C++ compiler and TensorFlow's own ``tf.sysconfig`` compile and link flags, then kept
 under the DISC cache directory (``$DISC_CACHE_DIR/tf_ops/<key>/``). Publication is atomic
 (build in a private temporary directory, then rename), so concurrent processes never load a
-half-written library; clearing the cache makes the next process rebuild it.
+half-written library; clearing the cache makes the next process rebuild it. Processes that
+find no library at once (the workers of a distributed job starting on a cold cache) build
+it one at a time under a file lock, so one builds and the others load its result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -16,6 +19,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,12 @@ import tensorflow as tf
 from disc_core.bridge.launch import LaunchLibrary, publish, write_build_headers
 from disc_runtime.cache import default_cache_dir
 from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
+from disc_runtime.options import RUNTIME_OPTIONS
+
+try:
+    import fcntl
+except ImportError:  # no flock: concurrent builds stay correct (atomic publish), only slower
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["CustomOpUnavailable", "OpLibrary", "build_count", "library_dir", "load_library"]
 
@@ -136,6 +147,47 @@ def _build(target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+LOCK_NAME = ".build.lock"
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path) -> Iterator[bool]:
+    """Hold ``directory/.build.lock`` exclusively while building (yields whether it is
+    held). A process waits at most ``DISC_CACHE_LOCK_TIMEOUT`` seconds (the compile
+    cache's setting) for another one's build, then builds anyway: the lock only saves
+    work, correctness comes from the atomic publication."""
+    timeout = RUNTIME_OPTIONS.value("cache_lock_timeout")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        fd = None
+    if fd is None or fcntl is None or not timeout:
+        if fd is not None:
+            os.close(fd)
+        yield False
+        return
+    held = False
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+            except OSError:  # a file system without locks
+                break
+        yield held
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
     """The op library, built first when the cache lacks it. Raises CustomOpUnavailable."""
     target = library_dir(cache_dir) / LIB_NAME
@@ -146,11 +198,13 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
         if not target.exists():
             if target in _failed:
                 raise _failed[target]
-            try:
-                _build(target)
-            except CustomOpUnavailable as exc:
-                _failed[target] = exc
-                raise
+            with _build_lock(target.parent):
+                if not target.exists():  # another process may have built it meanwhile
+                    try:
+                        _build(target)
+                    except CustomOpUnavailable as exc:
+                        _failed[target] = exc
+                        raise
         module = tf.load_op_library(str(target))
         cdll = ctypes.CDLL(str(target))
         launch = LaunchLibrary(cdll, "disc_tf")

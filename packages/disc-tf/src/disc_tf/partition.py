@@ -46,7 +46,20 @@ CONTROL_FLOW = {"If", "StatelessIf", "While", "StatelessWhile", "Case", "Statele
                 "PartitionedCall", "StatefulPartitionedCall", "For", "RemoteCall",
                 "Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond"}
 
+#: cross-device and cross-process communication: tf.distribute's all-reduces, gathers and
+#: broadcasts, NCCL, and the send/recv pairs TensorFlow inserts between devices. They
+#: stay in TensorFlow by design (DISC compiles the computation between them); most are
+#: stateful or read an ordering-token resource anyway, but the verdict should say why
+COMMUNICATION_PREFIXES = ("Collective", "Nccl")
+COMMUNICATION = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv", "Send", "Recv",
+                           "_XlaSend", "_XlaRecv"})
+
 _symbol_ids = itertools.count()
+
+
+def is_communication(op_type: str) -> bool:
+    """Whether an op type moves data between devices or processes."""
+    return op_type in COMMUNICATION or op_type.startswith(COMMUNICATION_PREFIXES)
 
 
 def topo_order(ops: Iterable[tf.Operation]) -> list[tf.Operation]:
@@ -107,6 +120,9 @@ def _pre_verdict(op: tf.Operation, excluded: frozenset[str]) -> Support | None:
     if op.type in CONTROL_FLOW:
         return Support(False, f"{op.type} is control flow or a function call (stays with "
                        "TensorFlow)", code=ReasonCode.NO_CONVERTER)
+    if is_communication(op.type):
+        return Support(False, f"{op.type} is collective communication or a send/recv "
+                       "(stays in TensorFlow by design)", code=ReasonCode.FRAMEWORK_OP)
     if _uses_resource(op):
         # variables, iterators and other resource handles are TensorFlow's state: these
         # ops stay in TensorFlow by design (clusters take the values they read as inputs

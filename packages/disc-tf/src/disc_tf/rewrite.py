@@ -245,9 +245,13 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
     out.node.extend(new_nodes)
     captures = {internal.name.split(":")[0]: external
                 for external, internal in cf.graph.captures}
+    call_time = _call_time_captures(cf.graph)
+    for c in call_time:  # after the by-value captures, as in the original's inputs
+        captures.update(zip(c.names, c.stand_ins))
     outputs = [_tensor_name(resolve(gd_name(t.name))) for t in cf.outputs]
     new = wrap_function.function_from_graph_def(out, [t.name for t in cf.inputs], outputs,
                                                 captures)
+    _restore_call_time_captures(cf, new, call_time)
     _keep_gradient_functions(cf.graph, new.graph, dropped)
     new._function_type = cf.function_type  # noqa: SLF001  (as TF-TRT's converter does)
     new.graph.structured_input_signature = cf.structured_input_signature
@@ -255,6 +259,65 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
     # (trainable variables are watched automatically; without this their gradients are None)
     new.graph.variables = cf.graph.variables
     return new
+
+
+@dataclass
+class _CallTimeCapture:
+    """A value the original function captured *by reference*: ``closure`` runs at every
+    call (``FuncGraph.capture_call_time_value``) and feeds ``names``' placeholders."""
+
+    key: Any
+    closure: Any
+    tracetype: Any
+    structure: Any  # the nest of the original's placeholders
+    names: list[str]  # their ops' names, flat
+    stand_ins: list[tf.Tensor]  # captured by value while rebuilding, then replaced
+
+
+def _call_time_captures(graph: Any) -> list[_CallTimeCapture]:
+    """The original's call-time captures, each with stand-in tensors of its placeholders'
+    types.
+
+    tf.distribute's collectives take their instance key this way (a fresh key per call,
+    ``CollectiveReplicaLauncher._next_instance_key``): a GraphDef keeps the placeholders
+    but not the closures, so the rebuilt function would wait for them as arguments. The
+    stand-ins are captured by value while it is rebuilt, which puts the placeholders after
+    the other captures, where the original has them; then they become call-time captures
+    again (:func:`_restore_call_time_captures`)."""
+    fc = graph.function_captures
+    found: list[_CallTimeCapture] = []
+    for key, internal in fc.by_ref_internal.items():
+        flat = tf.nest.flatten(internal, expand_composites=True)
+        with tf.init_scope():  # eager values: never read, only typed
+            stand_ins = [tf.zeros([d or 0 for d in p.shape.as_list()]
+                                  if p.shape.rank is not None else [], p.dtype)
+                         for p in flat]
+        found.append(_CallTimeCapture(key, fc.by_ref_external[key],
+                                      fc.by_ref_tracetype.get(key), internal,
+                                      [p.op.name for p in flat], stand_ins))
+    return found
+
+
+def _restore_call_time_captures(cf: Any, new: Any, call_time: list[_CallTimeCapture]
+                                ) -> None:
+    """Turn the stand-in captures of :func:`_call_time_captures` back into call-time
+    captures of the rebuilt function: the same closures, run at each call, in the
+    original's order (its inputs are the arguments, the by-value captures, then these)."""
+    if not call_time:
+        return
+    fc = new.graph.function_captures
+    internal_of = {id(ext): internal for ext, internal in new.graph.captures}
+    for c in call_time:
+        placeholders = [internal_of[id(s)] for s in c.stand_ins]
+        for s in c.stand_ins:
+            fc.pop(id(s), is_by_ref=False)
+        fc.add_or_replace(key=c.key, external=c.closure,
+                          internal=tf.nest.pack_sequence_as(c.structure, placeholders,
+                                                            expand_composites=True),
+                          tracetype=c.tracetype, is_by_ref=True)
+    # what a call passes after its arguments: the original's own list (by-value tensors,
+    # then the closures), which the placeholders above now follow in the same order
+    new.set_external_captures(list(cf._captured_inputs))  # noqa: SLF001
 
 
 def _keep_gradient_functions(old: tf.Graph, new: tf.Graph, dropped: set[str]) -> None:
