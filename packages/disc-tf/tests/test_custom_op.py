@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+from disc_core.bridge.launch import lock_path
 from disc_tf import custom_op
 
 SCRIPT = textwrap.dedent("""
@@ -55,7 +56,7 @@ def test_a_build_held_by_another_process_is_waited_for_not_repeated(tmp_path, mo
     monkeypatch.setattr(custom_op, "_build", lambda target: builds.append(target))
     target = custom_op.library_dir(tmp_path) / custom_op.LIB_NAME
     target.parent.mkdir(parents=True)
-    fd = os.open(target.parent / custom_op.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # another process is building
     outcome: dict[str, BaseException] = {}
 

@@ -41,7 +41,8 @@ class DiscConfig:
         min_cluster_size: clusters with fewer pd_ops stay in Paddle (a launch costs a few
             microseconds; one or two cheap ops are not worth it).
         excluded_ops: PIR op names (``"pd_op.matmul"`` or ``"matmul"``) never compiled.
-        report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        report_path: write the coverage report as JSON here at exit (``{pid}`` and
+            ``{rank}`` expand).
         accuracy_check: the accuracy guard (``True``, ``"first=N,every=K"``, an
             ``AccuracyPolicy``; normalized to a policy or None): on the first calls of each
             signature and every Kth after, the function runs programs that keep each

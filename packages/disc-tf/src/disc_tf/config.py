@@ -49,7 +49,8 @@ class DiscConfig:
         min_cluster_size: clusters with fewer TF ops stay in TensorFlow (a launch costs a
             few microseconds; one or two cheap ops are not worth it).
         excluded_ops: TF op types (``"MatMul"``) never compiled.
-        report_path: write the coverage report as JSON here at exit (``{pid}`` expands).
+        report_path: write the coverage report as JSON here at exit (``{pid}`` and
+            ``{rank}`` expand).
         accuracy_check: the accuracy guard (``True``, ``"first=N,every=K"``, an
             ``AccuracyPolicy``; normalized to a policy or None): the launch runs the
             cluster's TF ops too on the first calls and every Kth after, compares with the

@@ -6,12 +6,12 @@ under the DISC cache directory (``$DISC_CACHE_DIR/tf_ops/<key>/``). Publication 
 (build in a private temporary directory, then rename), so concurrent processes never load a
 half-written library; clearing the cache makes the next process rebuild it. Processes that
 find no library at once (the workers of a distributed job starting on a cold cache) build
-it one at a time under a file lock, so one builds and the others load its result.
+it one at a time under the kit's file lock (:func:`disc_core.bridge.launch.build_lock`), so
+one builds and the others load its result.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import os
@@ -19,23 +19,15 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from disc_core.bridge.launch import LaunchLibrary, publish, write_build_headers
+from disc_core.bridge.launch import LaunchLibrary, build_lock, publish, write_build_headers
 from disc_runtime.cache import default_cache_dir
 from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
-from disc_runtime.options import RUNTIME_OPTIONS
-
-try:
-    import fcntl
-except ImportError:  # no flock: concurrent builds stay correct (atomic publish), only slower
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["CustomOpUnavailable", "OpLibrary", "build_count", "library_dir", "load_library"]
 
@@ -147,47 +139,6 @@ def _build(target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-LOCK_NAME = ".build.lock"
-
-
-@contextlib.contextmanager
-def _build_lock(directory: Path) -> Iterator[bool]:
-    """Hold ``directory/.build.lock`` exclusively while building (yields whether it is
-    held). A process waits at most ``DISC_CACHE_LOCK_TIMEOUT`` seconds (the compile
-    cache's setting) for another one's build, then builds anyway: the lock only saves
-    work, correctness comes from the atomic publication."""
-    timeout = RUNTIME_OPTIONS.value("cache_lock_timeout")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        fd = None
-    if fd is None or fcntl is None or not timeout:
-        if fd is not None:
-            os.close(fd)
-        yield False
-        return
-    held = False
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)
-            except OSError:  # a file system without locks
-                break
-        yield held
-    finally:
-        if held:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
 def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
     """The op library, built first when the cache lacks it. Raises CustomOpUnavailable."""
     target = library_dir(cache_dir) / LIB_NAME
@@ -198,7 +149,7 @@ def load_library(cache_dir: str | os.PathLike[str] | None = None) -> OpLibrary:
         if not target.exists():
             if target in _failed:
                 raise _failed[target]
-            with _build_lock(target.parent):
+            with build_lock(target):  # the workers of a job build it once
                 if not target.exists():  # another process may have built it meanwhile
                     try:
                         _build(target)

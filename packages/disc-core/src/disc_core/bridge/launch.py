@@ -30,7 +30,7 @@ try:  # POSIX: one builder per library across processes
 except ImportError:  # pragma: no cover - elsewhere each process builds its own copy
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LaunchLibrary", "build_lock", "flush_cluster_calls", "publish",
+__all__ = ["LaunchLibrary", "build_lock", "flush_cluster_calls", "lock_path", "publish",
            "write_build_headers"]
 
 
@@ -46,6 +46,11 @@ def publish(built: str | os.PathLike[str], target: Path) -> None:
     tmp = target.parent / f".{target.name}.{os.getpid()}"
     shutil.copyfile(built, tmp)
     os.replace(tmp, target)
+
+
+def lock_path(target: Path) -> Path:
+    """The file :func:`build_lock` locks for ``target``: ``.<name>.lock`` beside it."""
+    return target.parent / f".{target.name}.lock"
 
 
 @contextlib.contextmanager
@@ -65,7 +70,7 @@ def build_lock(target: Path, timeout: float | None = None) -> Iterator[bool]:
         return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:  # a read-only or odd file system
         yield False
         return
