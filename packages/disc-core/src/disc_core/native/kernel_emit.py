@@ -79,7 +79,7 @@ class KernelEmitter:
                 out.append(self.row_split_kernel(fn, decls, names))
                 continue
             body, extent = self.body()
-            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else ""
+            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else "DISC_WIDE "
             if epilogue:
                 out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
                 continue
@@ -117,7 +117,7 @@ class KernelEmitter:
 
     def epilogue_kernel(self, fn: str, body: str, extent: str, decls: list[str],
                         names: list[str], epilogue: list[tuple[int, Op]],
-                        attr: str = "") -> str:
+                        attr: str = "DISC_WIDE ") -> str:
         """A row/loop kernel that also sums values over all its rows (fusion's column
         epilogue). Each block of rows accumulates into its own partial row (``colpart``),
         set up by the block itself; the entry adds the partials up in block order, so the
@@ -649,8 +649,8 @@ class KernelEmitter:
                  for j, r in enumerate(reds)]
         pdecls = decls + [f"{t} *restrict {name}" for _, name, t, _ in parts]
         cols = self.dim(product(self.k.space[self.col_axes:]))
-        lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
-                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+        lines = [f"DISC_WIDE static void {fn}_part({', '.join(pdecls)}, "
+                 f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  "  (void)parallel;  /* chosen only for parallel work */",
                  f"  const int64_t R = {extent}, C = {cols};",
