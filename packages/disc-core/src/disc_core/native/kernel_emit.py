@@ -130,12 +130,16 @@ class KernelEmitter:
                        for (_, name, _), (_, op) in zip(parts, epilogue))
         body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
+        serial = ", ".join(names + [f"out{j}" for j, _, _ in parts] + ["S"])
         lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  f"  const int64_t extent = {extent}, C = {cols};",
+                 # one block: the partial rows are the outputs themselves (the part never
+                 # touches those outputs otherwise, so the restrict pointers do not alias)
+                 f"  if (!parallel) {{ {fn}_part({serial}, 0, extent); return; }}",
                  "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
-                 "  const int64_t blocks = !parallel ? 1 : extent < want ? extent : want;",
+                 "  const int64_t blocks = extent < want ? extent : want;",
                  # partial rows 64 elements apart at least: blocks never share a line
                  "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
         # partial rows on the caller's stack when small: a malloc/free pair per call next
@@ -146,20 +150,11 @@ class KernelEmitter:
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
                       f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
         call = ", ".join(names + [f"{name} + b * width" for _, name, _ in parts] + ["S"])
-        lines += ["  if (!parallel) {",
-                  f"    const int64_t b = 0; {fn}_part({call}, 0, extent);",
-                  "  } else {",
-                  "    #pragma omp parallel for schedule(dynamic, 1)",
-                  "    for (int64_t b = 0; b < blocks; ++b)",
-                  f"      {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);",
-                  "  }"]
-        for j, name, t in parts:
-            lines += ["  #pragma omp simd",
-                      "  for (int64_t c = 0; c < C; ++c) {",
-                      f"    {t} acc = 0;",
-                      f"    for (int64_t b = 0; b < blocks; ++b) acc += {name}[b * width + c];",
-                      f"    out{j}[c] = acc;",
-                      "  }",
+        lines += ["  #pragma omp parallel for schedule(dynamic, 1)",
+                  "  for (int64_t b = 0; b < blocks; ++b)",
+                  f"    {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);"]
+        for (j, name, t), (_, op) in zip(parts, epilogue):
+            lines += [*combine_partials(f"out{j}", name, t, "sum", op.results[0].dtype),
                       f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
         lines.append("}\n")
         return "\n".join(lines)
@@ -251,7 +246,11 @@ class KernelEmitter:
         lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
-            lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
+            # on the stack when small: a malloc/free pair per block is a good part of a
+            # call on one short row (the per-call overhead budget)
+            lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
+                      f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
@@ -290,7 +289,7 @@ class KernelEmitter:
         lines += ["    " + s for s in advance]
         lines.append("  }")
         for name in self.rowbuf.values():
-            lines.append(f"  free({name});")
+            lines.append(f"  if ({name}_bytes > DISC_STACK_ROWBUF) free({name});")
         return "\n".join(lines) + "\n", self.dim(rows)
 
     def tiled_transpose_body(self, v: Value, m: tuple[int, ...]) -> tuple[str, str]:
@@ -667,12 +666,7 @@ class KernelEmitter:
                   f"    {fn}_part({call}, R * b / blocks, R * (b + 1) / blocks);"]
         for j, name, t, kind in parts:
             dt = reds[j].results[0].dtype  # type: ignore[union-attr]
-            lines += ["  for (int64_t c = 0; c < C; ++c) {",
-                      f"    {t} acc = {name}[c];",
-                      "    for (int64_t b = 1; b < blocks; ++b)",
-                      "      " + combine(kind, dt, "acc", f"{name}[b * width + c]"),
-                      f"    out{j}[c] = acc;",
-                      "  }",
+            lines += [*combine_partials(f"out{j}", name, t, kind, dt),
                       f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
         lines.append("}\n")
         return "\n".join(lines)
@@ -691,6 +685,21 @@ class KernelEmitter:
             out.append(f"const int64_t i{d} = rem_{flat} % {size}; rem_{flat} /= {size};")
         out.append(f"const int64_t i{dims[0]} = rem_{flat};")
         return out
+
+
+def combine_partials(out: str, parts: str, t: str, kind: str, dt: DType) -> list[str]:
+    """Lines of a kernel entry that combine ``blocks`` partial rows of ``C`` elements,
+    ``width`` apart, into ``out``, in block order (deterministic). Row by row, so each step
+    is one vector loop along the columns: the column-by-column form (an inner loop over
+    the blocks) stayed scalar and cost most of a small LayerNorm backward's kernel."""
+    return [f"  {{ {t} *restrict o = {out}; const {t} *restrict p = {parts};",
+            "    #pragma omp simd",
+            "    for (int64_t c = 0; c < C; ++c) o[c] = p[c];",
+            "    for (int64_t b = 1; b < blocks; ++b) {",
+            "      #pragma omp simd",
+            "      for (int64_t c = 0; c < C; ++c) " + combine(kind, dt, "o[c]", "p[b * width + c]"),
+            "    }",
+            "  }"]
 
 
 def vector_speculation(k: Kernel) -> bool:
