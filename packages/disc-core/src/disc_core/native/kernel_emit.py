@@ -697,7 +697,8 @@ def combine_partials(out: str, parts: str, t: str, kind: str, dt: DType) -> list
             "    for (int64_t c = 0; c < C; ++c) o[c] = p[c];",
             "    for (int64_t b = 1; b < blocks; ++b) {",
             "      #pragma omp simd",
-            "      for (int64_t c = 0; c < C; ++c) " + combine(kind, dt, "o[c]", "p[b * width + c]"),
+            "      for (int64_t c = 0; c < C; ++c) "
+            + combine(kind, dt, "o[c]", "p[b * width + c]"),
             "    }",
             "  }"]
 
