@@ -256,9 +256,12 @@ class KernelEmitter:
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
         done: set[int] = set()
         self.cached: set[int] = set()  # row-buffered values ready for later phases
-        for red in reductions:
+        pending = list(reductions)
+        while pending:
             lines += ["    " + s for s in self.row_level(done)]
-            lines += ["    " + s for s in self.reduction_phase(red, done)]
+            group = self._ready_group(pending, done)
+            pending = [r for r in pending if r not in group]
+            lines += ["    " + s for s in self.reduction_phase(group, done)]
         lines += ["    " + s for s in self.row_level(done)]
         full = []
         for j, o in enumerate(k.outputs):
@@ -443,52 +446,100 @@ class KernelEmitter:
         v = op.operands[i]
         return op.opdef.has_trait("shape") or id(v) in done or (op, i) in self.k.reads
 
-    def reduction_phase(self, red: Op, done: set[int]) -> list[str]:
-        if red.opdef.arg_compare is not None:
-            return self.arg_phase(red, done)
-        kind = red.opdef.reduction_kind(red)
-        v = red.results[0]
-        dt = v.dtype
-        self.counter += 1
-        acc = f"acc{self.counter}"
-        out = [f"{ctype(dt)} {acc} = {identity(kind, dt)};"]
-        # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN" flag
-        # instead of a NaN-aware select, which the compiler cannot turn into a vector max
-        split_nan = kind in ("max", "min") and dt.is_float
-        if split_nan:
-            out.append(f"int {acc}_nan = 0;")
-        pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
-                  "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
-                  "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
-        if split_nan:
-            pragma += f" reduction(|:{acc}_nan)"
-        out.append("#pragma omp simd" + (f" {pragma}" if pragma else ""))
+    def _ready_group(self, pending: list[Op], done: set[int]) -> list[Op]:
+        """The next pending reduction and every later one that needs no pending reduction's
+        result either: they share one loop over the row (a LayerNorm backward's two
+        gradient sums, a norm's mean beside an unrelated sum), one pass fewer per row
+        each. Arg reductions keep a loop of their own."""
+        first = pending[0]
+        if first.opdef.arg_compare is not None:
+            return [first]
+        group = [first]
+        waiting = {id(r.results[0]) for r in pending}
+        for red in pending[1:]:
+            if red.opdef.arg_compare is None and not self._needs(red, waiting, done):
+                group.append(red)
+        return group
+
+    def _needs(self, red: Op, results: set[int], done: set[int]) -> bool:
+        """Does computing ``red``'s operand in this kernel need one of ``results``?"""
+        members = {id(op) for op in self.k.ops}
+        seen: set[int] = set()
+        stack = [(red, 0)]
+        while stack:
+            op, i = stack.pop()
+            if (op, i) in self.k.reads:
+                continue
+            v = op.operands[i]
+            if id(v) in results:
+                return True
+            p = v.producer
+            if p is None or id(p) not in members or id(v) in done or id(p) in seen:
+                continue
+            seen.add(id(p))
+            if not p.opdef.has_trait("shape"):
+                stack += [(p, j) for j in range(len(p.operands))]
+        return False
+
+    def reduction_phase(self, reds: list[Op], done: set[int]) -> list[str]:
+        """One loop over the row computing the reductions ``reds`` (independent of each
+        other), keeping row-buffered operands for later phases."""
+        if reds[0].opdef.arg_compare is not None:
+            return self.arg_phase(reds[0], done)
+        out: list[str] = []
+        pragmas: list[str] = []
+        accs = []
+        for red in reds:
+            kind = red.opdef.reduction_kind(red)
+            dt = red.results[0].dtype
+            self.counter += 1
+            acc = f"acc{self.counter}"
+            out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
+            # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN"
+            # flag instead of a NaN-aware select, which the compiler cannot turn into a
+            # vector max
+            split_nan = kind in ("max", "min") and dt.is_float
+            if split_nan:
+                out.append(f"int {acc}_nan = 0;")
+            pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
+                      "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
+                      "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
+            if pragma:
+                pragmas.append(pragma)
+            if split_nan:
+                pragmas.append(f"reduction(|:{acc}_nan)")
+            accs.append((red, kind, dt, acc, split_nan))
+        out.append(" ".join(["#pragma omp simd", *pragmas]))
         out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
         self.scope = set()
-        body, x = self.operand_cone(red, 0, done)
-        out += ["  " + s for s in body]
-        buf = self.rowbuf.get(id(red.operands[0]))
-        if buf is not None and id(red.operands[0]) not in self.cached:
-            out.append(f"  {buf}[c] = {x};")
-        if split_nan:
-            cmp = ">" if kind == "max" else "<"
-            out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : {acc}; "
-                       f"{acc}_nan |= t != t; }}")
-        else:
-            out.append("  " + combine(kind, dt, acc, x))
+        stored: set[int] = set()
+        for red, kind, dt, acc, split_nan in accs:
+            body, x = self.operand_cone(red, 0, done)
+            out += ["  " + s for s in body]
+            operand = id(red.operands[0])
+            buf = self.rowbuf.get(operand)
+            if buf is not None and operand not in self.cached and operand not in stored:
+                out.append(f"  {buf}[c] = {x};")
+                stored.add(operand)
+            if split_nan:
+                cmp = ">" if kind == "max" else "<"
+                out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : "
+                           f"{acc}; {acc}_nan |= t != t; }}")
+            else:
+                out.append("  " + combine(kind, dt, acc, x))
         out.append("}")
-        if split_nan:
-            out.append(f"if ({acc}_nan) {acc} = NAN;")
-        if buf is not None:
-            self.cached.add(id(red.operands[0]))
+        self.cached |= stored
         self.var = saved
         self.scope = set()
-        self.counter += 1
-        name = f"r{self.counter}"
-        out.append(f"const {ctype(dt)} {name} = {acc};")
-        self.var[id(v)] = name
-        done.add(id(v))
+        for red, _, dt, acc, split_nan in accs:
+            if split_nan:
+                out.append(f"if ({acc}_nan) {acc} = NAN;")
+            self.counter += 1
+            name = f"r{self.counter}"
+            out.append(f"const {ctype(dt)} {name} = {acc};")
+            self.var[id(red.results[0])] = name
+            done.add(id(red.results[0]))
         return out
 
     def arg_phase(self, red: Op, done: set[int]) -> list[str]:
