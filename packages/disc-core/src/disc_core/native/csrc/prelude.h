@@ -172,6 +172,6 @@ static inline int64_t disc_now_ns(void) {
 #endif
 /* column-epilogue partial sums up to this size live on the calling thread's stack */
 #define DISC_STACK_PARTIALS 262144
-/* a row kernel's row buffers up to this size live on the stack of the thread running the
-   block (OpenMP threads' stacks are megabytes) */
-#define DISC_STACK_ROWBUF 65536
+/* a row kernel's row buffers up to this size each (rows of 8192 floats) live on the stack
+   of the thread running the block, instead of a malloc/free pair per block */
+#define DISC_STACK_ROWBUF 32768
