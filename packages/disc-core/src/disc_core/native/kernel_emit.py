@@ -79,7 +79,8 @@ class KernelEmitter:
                 out.append(self.row_split_kernel(fn, decls, names))
                 continue
             body, extent = self.body()
-            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else "DISC_WIDE "
+            attr = ("DISC_SHORT_ROWS " if variant == "fast_short" else
+                    "DISC_WIDE " if variant == "fast_vec" or self.wide_rows() else "")
             if epilogue:
                 out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
                 continue
@@ -104,6 +105,19 @@ class KernelEmitter:
                              "speculative": self.k.speculative,
                              "column_epilogue": len(epilogue)})
         return "\n".join(out)
+
+    def wide_rows(self) -> bool:
+        """Do this kernel's general versions vectorize 512 bits wide on AVX-512
+        (``DISC_WIDE``)? Column kernels (256-column chunks) and rows of a static multiple of
+        16 elements do. Other rows keep the compiler's 256-bit tuning: a 16-wide loop
+        leaves up to 15 elements to its epilogue (8 wide, then scalar), which made masked
+        attention scores on rows of 34 to 300 elements up to 1.7x slower than 8-wide
+        loops; rows that are a multiple of the width at run time take the ``fast_vec``
+        version, which is wide."""
+        if self.k.kind == "column":
+            return True
+        inner = self.k.space[-1] if self.n else Expr.const(1)
+        return inner.is_const and inner.value % 16 == 0
 
     def inner_extent(self) -> str:
         """C expression of the innermost extent, as the version being emitted sees it."""
