@@ -142,11 +142,12 @@ static inline int64_t disc_now_ns(void) {
    for innermost extents that are a multiple of it (no remainder loop) */
 #if defined(__AVX512F__)
 #define DISC_VEC_LANES 16
-/* every other kernel version vectorizes 16 wide: -march=native on AVX-512 Intel cores
-   (and gcc's tuning for them) prefers 256-bit vectors, which left DISC_VEC_LANES-multiple
-   rows 8 wide and made exp-heavy rows (softmax, masked attention scores) compute-bound at
-   about 0.65x of PyTorch's 16-wide kernels; 512-bit loops ran them 1.3x faster and
-   LayerNorm's 1.2x (same-process A/B, one thread, cache-resident rows) */
+/* kernel versions without remainder loops (rows a multiple of 16 at run time or statically,
+   column chunks) vectorize 16 wide: -march=native on AVX-512 Intel cores (and gcc's tuning
+   for them) prefers 256-bit vectors, which left exp-heavy rows (softmax, masked attention
+   scores) compute-bound at about 0.65x of PyTorch's 16-wide kernels; 512-bit loops ran them
+   1.3-1.5x faster and LayerNorm's 1.1-1.3x (same-process A/B, one thread). Rows with a
+   remainder keep 8-wide loops: a 16-wide loop's 8-wide-then-scalar epilogue cost more. */
 #define DISC_WIDE __attribute__((target("prefer-vector-width=512")))
 /* short rows that are not a multiple of 16 (7x7 to 31x31 feature maps, odd sequence
    lengths below 32) run a version vectorized 8 wide: 16-wide loops leave up to 15 of
