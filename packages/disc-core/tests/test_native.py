@@ -3,6 +3,7 @@ fusion kernel counts, speculation branches, vectorization, caching and fallbacks
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -1284,6 +1285,49 @@ def test_native_f32_exp_is_accurate_over_its_whole_range(compiler) -> None:
     with np.errstate(all="ignore"):
         libm = np.exp(x)
     np.testing.assert_allclose(got[~normal], libm[~normal], rtol=0, atol=3e-45)
+
+
+def test_native_f32_exp_is_accurate_on_a_sweep_of_float_bit_patterns(compiler) -> None:
+    """Every 4099th float (both signs, NaNs included) through DISC's expf: <= 1 ulp where
+    the result is normal (0.9 measured over every float), subnormal results within one
+    unit of 2^-149, and overflow, underflow and NaN exactly as double exp rounds them."""
+    b = GraphBuilder("exp")
+    g = b.build(b.exp(b.input("x", "f32", ["N"])))
+    x = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    (got,) = compiler.compile(g).run([x])
+    with np.errstate(all="ignore"):
+        exact = np.exp(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    tiny, top = np.finfo(np.float32).tiny, np.finfo(np.float32).max
+    normal = (exact >= tiny) & (exact <= top)
+    ulps = np.abs(got[normal] - exact[normal]) / np.spacing(rounded[normal])
+    assert ulps.max() <= 1.0
+    sub = (exact > 0) & (exact < tiny)
+    assert np.abs(got[sub] - exact[sub]).max() <= 2.0**-149
+    rest = ~normal & ~sub
+    np.testing.assert_array_equal(got[rest], rounded[rest])  # inf, 0 and NaN
+
+
+def test_native_f32_erf_is_accurate_over_its_whole_range(compiler) -> None:
+    """DISC's inline erff: <= 1.25 ulp (1.11 measured over every float) on a sweep of float
+    bit patterns and dense samples around its pieces' boundaries; odd, +-1 at the
+    infinities, NaN passes."""
+    b = GraphBuilder("erf")
+    g = b.build(b.erf(b.input("x", "f32", ["N"])))
+    sweep = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    near = np.concatenate([np.linspace(c - 0.05, c + 0.05, 20_001) for c in (0.921875, 3.925)])
+    x = np.concatenate([sweep, near, -near, np.random.default_rng(5).uniform(-6, 6, 100_000),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40]]).astype(np.float32)
+    (got,) = compiler.compile(g).run([x])
+    exact = np.array([math.erf(v) for v in x.astype(np.float64).tolist()])
+    finite = ~np.isnan(x)
+    ulps = (np.abs(got[finite] - exact[finite])
+            / np.spacing(np.abs(exact[finite]).astype(np.float32)))
+    assert ulps.max() <= 1.25
+    assert np.isnan(got[np.isnan(x)]).all()
+    np.testing.assert_array_equal(got[np.isinf(x)], np.sign(x[np.isinf(x)]))
+    np.testing.assert_array_equal(got[x == 0], x[x == 0])  # keeps the sign of zero
+    np.testing.assert_array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))
 
 
 def test_value_needed_by_two_kernels_is_written_once(compiler):

@@ -68,6 +68,36 @@ int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in,
                  const disc_env *env, char *err, int64_t errlen);
 """
 
+#: An optional module export (modules built by disc-core export it; older ones do not):
+#: ``disc_table_alloc`` is an ``env->alloc`` that hands out output buffers the caller
+#: allocated before the call, when it knows their shapes from an earlier call with the same
+#: input dims. It checks every request against the shapes in the table; a request that
+#: differs (an output shape that depends on input values) sets ``missed`` and fails the
+#: call, which the caller then makes again with an allocating callback. Without it, each
+#: output is a Python callback from inside ``disc_run`` (about 1.3 us each).
+TABLE_ALLOC_TYPES = """
+typedef struct {
+  void **data;          /* output buffers, in output order */
+  const int64_t *dims;  /* per output: its rank, then its dims */
+  int64_t n;            /* number of outputs */
+  int64_t missed;       /* set when a request differs from the table */
+} disc_table;
+void *disc_table_alloc(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
+"""
+TABLE_ALLOC_SOURCE = TABLE_ALLOC_TYPES.replace(
+    "void *disc_table_alloc(void *ctx, int64_t index, int64_t rank, const int64_t *shape);\n",
+    """void *disc_table_alloc(void *ctx, int64_t index, int64_t rank, const int64_t *shape) {
+  disc_table *t = (disc_table *)ctx;
+  if (index < 0 || index >= t->n) { t->missed = 1; return NULL; }
+  const int64_t *d = t->dims;
+  for (int64_t i = 0; i < index; ++i) d += 1 + d[0];
+  if (d[0] != rank) { t->missed = 1; return NULL; }
+  for (int64_t j = 0; j < rank; ++j)
+    if (d[1 + j] != shape[j]) { t->missed = 1; return NULL; }
+  return t->data[index];
+}
+""")
+
 
 def launch_support_header() -> str:
     """The C++ header every framework's launch op includes after ``disc_abi.h``
@@ -79,7 +109,7 @@ def launch_support_header() -> str:
 # cffi rather than ctypes: a call plus its output callback costs a few microseconds,
 # which is the per-call overhead budget for small tensors.
 _ffi = cffi.FFI()
-_ffi.cdef(ABI_TYPES + ABI_ENTRY)
+_ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 
 
@@ -420,6 +450,14 @@ class NativeModule:
             artifact.metadata.get("native", {}).get("profile", []))
         self._profile: np.ndarray | None = None
         self._profile_ptr: Any = _ffi.NULL
+        # output shapes by input dims, for modules that export disc_table_alloc; None once a
+        # call showed that some output shape depends on input values
+        try:
+            self._table_alloc: Any = self.lib.disc_table_alloc
+        except AttributeError:  # a module built before the export existed
+            self._table_alloc = None
+        self._plans: dict[tuple[int, ...], _Plan] | None = (
+            {} if self._table_alloc is not None else None)
 
     # profiling --------------------------------------------------------------------------
     def start_profiling(self) -> None:
@@ -455,11 +493,11 @@ class NativeModule:
         return slot
 
     def _new_slot(self) -> _Slot:
-        slot = _Slot(self.out_dtypes)
-        env = slot.env
-        env.sgemm, env.dgemm = self.sgemm, self.dgemm
-        env.blas_threads_local = self.blas_threads_local
-        env.sgemm_rowmajor = self.sgemm_rowmajor
+        slot = _Slot(self.out_dtypes, self._table_alloc)
+        for env in (slot.env, slot.table_env):
+            env.sgemm, env.dgemm = self.sgemm, self.dgemm
+            env.blas_threads_local = self.blas_threads_local
+            env.sgemm_rowmajor = self.sgemm_rowmajor
         return slot
 
     def run(self, inputs: list[np.ndarray], *, allocate_output: Callable[..., Any] | None = None,
@@ -495,6 +533,16 @@ class NativeModule:
 
     def _call(self, ptrs: list[Any], dims: list[int], allocate_output: Callable[..., Any] | None,
               counters: np.ndarray | None) -> list[np.ndarray]:
+        plans = self._plans
+        key = None
+        if plans is not None and allocate_output is None:
+            key = tuple(dims)
+            plan = plans.get(key)
+            if plan is not None:
+                outputs = self._call_planned(plan, ptrs, dims, counters)
+                if outputs is not None:
+                    return outputs
+                self._plans = plans = None  # output shapes depend on values: callbacks only
         slot = self._slot()
         slot.busy = True
         state = slot.state
@@ -511,26 +559,89 @@ class NativeModule:
                 raise state.error
             if rc != 0:
                 raise InputError(_ffi.string(slot.err).decode(errors="replace"))
-            return state.outputs  # type: ignore[return-value]
+            outputs = state.outputs
         finally:
             state.outputs, state.allocate, state.error = [], None, None
             if counters is not None:
                 env.counters = _ffi.NULL
             slot.busy = False
+        if plans is not None and key is not None:
+            if len(plans) >= _MAX_PLANS:
+                plans.clear()
+            plans[key] = _Plan([o.shape for o in outputs])  # type: ignore[union-attr]
+        return outputs  # type: ignore[return-value]
+
+    def _call_planned(self, plan: _Plan, ptrs: list[Any], dims: list[int],
+                      counters: np.ndarray | None) -> list[np.ndarray] | None:
+        """One call with the outputs allocated here, in the shapes ``plan`` predicts, and
+        handed to the module through ``disc_table_alloc``; None when the module asked for
+        another shape (nothing was returned; the caller runs the call again)."""
+        slot = getattr(self._local, "slot", None)
+        if slot is None or slot.busy:
+            slot = self._slot()
+        slot.busy = True
+        data, env = slot.table_data, slot.table_env
+        outputs = []
+        for i, (shape, dtype) in enumerate(zip(plan.shapes, self.out_dtypes)):
+            arr = np.empty(shape, dtype)
+            data[i] = _ffi.from_buffer(arr) if arr.size else _NONNULL
+            outputs.append(arr)
+        if slot.plan is not plan:
+            slot.table.dims = plan.dims
+            slot.plan = plan
+        # (table.missed is still 0: a miss ends planned calls for the module)
+        env.profile = self._profile_ptr
+        if counters is not None:
+            env.counters = _ffi.from_buffer("int64_t[]", counters)
+        try:
+            rc = self.lib.disc_run(ptrs or _ffi.NULL, dims or _ffi.NULL, len(ptrs), env,
+                                   slot.err, 512)
+            if rc != 0:
+                if slot.table.missed:
+                    return None
+                raise InputError(_ffi.string(slot.err).decode(errors="replace"))
+            return outputs
+        finally:
+            if counters is not None:
+                env.counters = _ffi.NULL
+            slot.busy = False
+
+
+#: input-dims entries a module remembers output shapes for (cleared when full)
+_MAX_PLANS = 256
+
+
+class _Plan:
+    """The output shapes of a module's calls on one tuple of input dims, and the same as
+    ``disc_table.dims`` (rank, then dims, per output)."""
+
+    __slots__ = ("shapes", "dims")
+
+    def __init__(self, shapes: list[tuple[int, ...]]):
+        self.shapes = shapes
+        self.dims = _ffi.new("int64_t[]", [v for s in shapes for v in (len(s), *s)] or [0])
 
 
 class _Slot:
     """Per-thread, reused call state: the env struct, its handle and the error buffer."""
 
-    __slots__ = ("state", "handle", "env", "err", "busy")
+    __slots__ = ("state", "handle", "env", "err", "busy", "table", "table_data", "table_env",
+                 "plan")
 
-    def __init__(self, dtypes: Sequence[np.dtype]):
+    def __init__(self, dtypes: Sequence[np.dtype], table_alloc: Any = None):
         self.state = _CallState(dtypes, None)
         self.handle = _ffi.new_handle(self.state)
         self.env = _ffi.new("disc_env *", {"alloc": _alloc, "alloc_ctx": self.handle,
                                           "counters": _ffi.NULL, "profile": _ffi.NULL})
         self.err = _ffi.new("char[512]")
         self.busy = False
+        # the planned-output call: env->alloc = the module's disc_table_alloc over a table
+        self.table_data = _ffi.new("void *[]", max(1, len(dtypes)))
+        self.table = _ffi.new("disc_table *", {"data": self.table_data, "n": len(dtypes)})
+        self.table_env = _ffi.new("disc_env *", {
+            "alloc": table_alloc if table_alloc is not None else _ffi.NULL,
+            "alloc_ctx": self.table, "counters": _ffi.NULL, "profile": _ffi.NULL})
+        self.plan: _Plan | None = None  # whose dims the table points at
 
 
 def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from disc_runtime.native import ABI_VERSION
+from disc_runtime.native import ABI_VERSION, TABLE_ALLOC_SOURCE
 
 from ..ir import Graph, Value
 from ..shape_facts import Eq, ProductEq
@@ -170,6 +170,8 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     w = L.append
     w(f"int64_t disc_abi_version(void) {{ return {ABI_VERSION}; }}")
     w(f"int64_t disc_num_symbols(void) {{ return {len(syms.index)}; }}")
+    # outputs the runtime allocated ahead of the call (it knew their shapes): no callback
+    w(TABLE_ALLOC_SOURCE)
     w("int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in, "
       "const disc_env *env, char *err, int64_t errlen) {")
     w(f"  int64_t S[{max(len(syms.index), 1)}] = {{0}};")

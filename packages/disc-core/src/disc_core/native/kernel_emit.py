@@ -79,7 +79,8 @@ class KernelEmitter:
                 out.append(self.row_split_kernel(fn, decls, names))
                 continue
             body, extent = self.body()
-            attr = "DISC_SHORT_ROWS " if variant == "fast_short" else ""
+            attr = ("DISC_SHORT_ROWS " if variant == "fast_short" else
+                    "DISC_WIDE " if variant == "fast_vec" or self.wide_rows() else "")
             if epilogue:
                 out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
                 continue
@@ -105,6 +106,19 @@ class KernelEmitter:
                              "column_epilogue": len(epilogue)})
         return "\n".join(out)
 
+    def wide_rows(self) -> bool:
+        """Do this kernel's general versions vectorize 512 bits wide on AVX-512
+        (``DISC_WIDE``)? Column kernels (256-column chunks) and rows of a static multiple of
+        16 elements do. Other rows keep the compiler's 256-bit tuning: a 16-wide loop
+        leaves up to 15 elements to its epilogue (8 wide, then scalar), which made masked
+        attention scores on rows of 34 to 300 elements up to 1.7x slower than 8-wide
+        loops; rows that are a multiple of the width at run time take the ``fast_vec``
+        version, which is wide."""
+        if self.k.kind == "column":
+            return True
+        inner = self.k.space[-1] if self.n else Expr.const(1)
+        return inner.is_const and inner.value % 16 == 0
+
     def inner_extent(self) -> str:
         """C expression of the innermost extent, as the version being emitted sees it."""
         cols = self.dim(self.k.space[-1] if self.n else Expr.const(1))
@@ -117,7 +131,7 @@ class KernelEmitter:
 
     def epilogue_kernel(self, fn: str, body: str, extent: str, decls: list[str],
                         names: list[str], epilogue: list[tuple[int, Op]],
-                        attr: str = "") -> str:
+                        attr: str = "DISC_WIDE ") -> str:
         """A row/loop kernel that also sums values over all its rows (fusion's column
         epilogue). Each block of rows accumulates into its own partial row (``colpart``),
         set up by the block itself; the entry adds the partials up in block order, so the
@@ -130,12 +144,16 @@ class KernelEmitter:
                        for (_, name, _), (_, op) in zip(parts, epilogue))
         body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
+        serial = ", ".join(names + [f"out{j}" for j, _, _ in parts] + ["S"])
         lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
                  f"int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  f"  const int64_t extent = {extent}, C = {cols};",
+                 # one block: the partial rows are the outputs themselves (the part never
+                 # touches those outputs otherwise, so the restrict pointers do not alias)
+                 f"  if (!parallel) {{ {fn}_part({serial}, 0, extent); return; }}",
                  "  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();",
-                 "  const int64_t blocks = !parallel ? 1 : extent < want ? extent : want;",
+                 "  const int64_t blocks = extent < want ? extent : want;",
                  # partial rows 64 elements apart at least: blocks never share a line
                  "  const size_t width = (size_t)((C > 0 ? C : 1) + 63) / 64 * 64;"]
         # partial rows on the caller's stack when small: a malloc/free pair per call next
@@ -146,20 +164,11 @@ class KernelEmitter:
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
                       f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
         call = ", ".join(names + [f"{name} + b * width" for _, name, _ in parts] + ["S"])
-        lines += ["  if (!parallel) {",
-                  f"    const int64_t b = 0; {fn}_part({call}, 0, extent);",
-                  "  } else {",
-                  "    #pragma omp parallel for schedule(dynamic, 1)",
-                  "    for (int64_t b = 0; b < blocks; ++b)",
-                  f"      {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);",
-                  "  }"]
-        for j, name, t in parts:
-            lines += ["  #pragma omp simd",
-                      "  for (int64_t c = 0; c < C; ++c) {",
-                      f"    {t} acc = 0;",
-                      f"    for (int64_t b = 0; b < blocks; ++b) acc += {name}[b * width + c];",
-                      f"    out{j}[c] = acc;",
-                      "  }",
+        lines += ["  #pragma omp parallel for schedule(dynamic, 1)",
+                  "  for (int64_t b = 0; b < blocks; ++b)",
+                  f"    {fn}_part({call}, extent * b / blocks, extent * (b + 1) / blocks);"]
+        for (j, name, t), (_, op) in zip(parts, epilogue):
+            lines += [*combine_partials(f"out{j}", name, t, "sum", op.results[0].dtype),
                       f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
         lines.append("}\n")
         return "\n".join(lines)
@@ -251,15 +260,22 @@ class KernelEmitter:
         lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
-            lines.append(f"  {t} *{name} = ({t} *)malloc((size_t)(C > 0 ? C : 1) * sizeof({t}));")
+            # on the stack when small: a malloc/free pair per block is a good part of a
+            # call on one short row (the per-call overhead budget)
+            lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
+                      f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
         done: set[int] = set()
         self.cached: set[int] = set()  # row-buffered values ready for later phases
-        for red in reductions:
+        pending = list(reductions)
+        while pending:
             lines += ["    " + s for s in self.row_level(done)]
-            lines += ["    " + s for s in self.reduction_phase(red, done)]
+            group = self._ready_group(pending, done)
+            pending = [r for r in pending if r not in group]
+            lines += ["    " + s for s in self.reduction_phase(group, done)]
         lines += ["    " + s for s in self.row_level(done)]
         full = []
         for j, o in enumerate(k.outputs):
@@ -290,7 +306,7 @@ class KernelEmitter:
         lines += ["    " + s for s in advance]
         lines.append("  }")
         for name in self.rowbuf.values():
-            lines.append(f"  free({name});")
+            lines.append(f"  if ({name}_bytes > DISC_STACK_ROWBUF) free({name});")
         return "\n".join(lines) + "\n", self.dim(rows)
 
     def tiled_transpose_body(self, v: Value, m: tuple[int, ...]) -> tuple[str, str]:
@@ -444,52 +460,100 @@ class KernelEmitter:
         v = op.operands[i]
         return op.opdef.has_trait("shape") or id(v) in done or (op, i) in self.k.reads
 
-    def reduction_phase(self, red: Op, done: set[int]) -> list[str]:
-        if red.opdef.arg_compare is not None:
-            return self.arg_phase(red, done)
-        kind = red.opdef.reduction_kind(red)
-        v = red.results[0]
-        dt = v.dtype
-        self.counter += 1
-        acc = f"acc{self.counter}"
-        out = [f"{ctype(dt)} {acc} = {identity(kind, dt)};"]
-        # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN" flag
-        # instead of a NaN-aware select, which the compiler cannot turn into a vector max
-        split_nan = kind in ("max", "min") and dt.is_float
-        if split_nan:
-            out.append(f"int {acc}_nan = 0;")
-        pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
-                  "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
-                  "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
-        if split_nan:
-            pragma += f" reduction(|:{acc}_nan)"
-        out.append("#pragma omp simd" + (f" {pragma}" if pragma else ""))
+    def _ready_group(self, pending: list[Op], done: set[int]) -> list[Op]:
+        """The next pending reduction and every later one that needs no pending reduction's
+        result either: they share one loop over the row (a LayerNorm backward's two
+        gradient sums, a norm's mean beside an unrelated sum), one pass fewer per row
+        each. Arg reductions keep a loop of their own."""
+        first = pending[0]
+        if first.opdef.arg_compare is not None:
+            return [first]
+        group = [first]
+        waiting = {id(r.results[0]) for r in pending}
+        for red in pending[1:]:
+            if red.opdef.arg_compare is None and not self._needs(red, waiting, done):
+                group.append(red)
+        return group
+
+    def _needs(self, red: Op, results: set[int], done: set[int]) -> bool:
+        """Does computing ``red``'s operand in this kernel need one of ``results``?"""
+        members = {id(op) for op in self.k.ops}
+        seen: set[int] = set()
+        stack = [(red, 0)]
+        while stack:
+            op, i = stack.pop()
+            if (op, i) in self.k.reads:
+                continue
+            v = op.operands[i]
+            if id(v) in results:
+                return True
+            p = v.producer
+            if p is None or id(p) not in members or id(v) in done or id(p) in seen:
+                continue
+            seen.add(id(p))
+            if not p.opdef.has_trait("shape"):
+                stack += [(p, j) for j in range(len(p.operands))]
+        return False
+
+    def reduction_phase(self, reds: list[Op], done: set[int]) -> list[str]:
+        """One loop over the row computing the reductions ``reds`` (independent of each
+        other), keeping row-buffered operands for later phases."""
+        if reds[0].opdef.arg_compare is not None:
+            return self.arg_phase(reds[0], done)
+        out: list[str] = []
+        pragmas: list[str] = []
+        accs = []
+        for red in reds:
+            kind = red.opdef.reduction_kind(red)
+            dt = red.results[0].dtype
+            self.counter += 1
+            acc = f"acc{self.counter}"
+            out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
+            # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN"
+            # flag instead of a NaN-aware select, which the compiler cannot turn into a
+            # vector max
+            split_nan = kind in ("max", "min") and dt.is_float
+            if split_nan:
+                out.append(f"int {acc}_nan = 0;")
+            pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
+                      "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
+                      "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
+            if pragma:
+                pragmas.append(pragma)
+            if split_nan:
+                pragmas.append(f"reduction(|:{acc}_nan)")
+            accs.append((red, kind, dt, acc, split_nan))
+        out.append(" ".join(["#pragma omp simd", *pragmas]))
         out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
         self.scope = set()
-        body, x = self.operand_cone(red, 0, done)
-        out += ["  " + s for s in body]
-        buf = self.rowbuf.get(id(red.operands[0]))
-        if buf is not None and id(red.operands[0]) not in self.cached:
-            out.append(f"  {buf}[c] = {x};")
-        if split_nan:
-            cmp = ">" if kind == "max" else "<"
-            out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : {acc}; "
-                       f"{acc}_nan |= t != t; }}")
-        else:
-            out.append("  " + combine(kind, dt, acc, x))
+        stored: set[int] = set()
+        for red, kind, dt, acc, split_nan in accs:
+            body, x = self.operand_cone(red, 0, done)
+            out += ["  " + s for s in body]
+            operand = id(red.operands[0])
+            buf = self.rowbuf.get(operand)
+            if buf is not None and operand not in self.cached and operand not in stored:
+                out.append(f"  {buf}[c] = {x};")
+                stored.add(operand)
+            if split_nan:
+                cmp = ">" if kind == "max" else "<"
+                out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : "
+                           f"{acc}; {acc}_nan |= t != t; }}")
+            else:
+                out.append("  " + combine(kind, dt, acc, x))
         out.append("}")
-        if split_nan:
-            out.append(f"if ({acc}_nan) {acc} = NAN;")
-        if buf is not None:
-            self.cached.add(id(red.operands[0]))
+        self.cached |= stored
         self.var = saved
         self.scope = set()
-        self.counter += 1
-        name = f"r{self.counter}"
-        out.append(f"const {ctype(dt)} {name} = {acc};")
-        self.var[id(v)] = name
-        done.add(id(v))
+        for red, _, dt, acc, split_nan in accs:
+            if split_nan:
+                out.append(f"if ({acc}_nan) {acc} = NAN;")
+            self.counter += 1
+            name = f"r{self.counter}"
+            out.append(f"const {ctype(dt)} {name} = {acc};")
+            self.var[id(red.results[0])] = name
+            done.add(id(red.results[0]))
         return out
 
     def arg_phase(self, red: Op, done: set[int]) -> list[str]:
@@ -649,8 +713,8 @@ class KernelEmitter:
                  for j, r in enumerate(reds)]
         pdecls = decls + [f"{t} *restrict {name}" for _, name, t, _ in parts]
         cols = self.dim(product(self.k.space[self.col_axes:]))
-        lines = [f"static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
-                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+        lines = [f"DISC_WIDE static void {fn}_part({', '.join(pdecls)}, "
+                 f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  "  (void)parallel;  /* chosen only for parallel work */",
                  f"  const int64_t R = {extent}, C = {cols};",
@@ -667,12 +731,7 @@ class KernelEmitter:
                   f"    {fn}_part({call}, R * b / blocks, R * (b + 1) / blocks);"]
         for j, name, t, kind in parts:
             dt = reds[j].results[0].dtype  # type: ignore[union-attr]
-            lines += ["  for (int64_t c = 0; c < C; ++c) {",
-                      f"    {t} acc = {name}[c];",
-                      "    for (int64_t b = 1; b < blocks; ++b)",
-                      "      " + combine(kind, dt, "acc", f"{name}[b * width + c]"),
-                      f"    out{j}[c] = acc;",
-                      "  }",
+            lines += [*combine_partials(f"out{j}", name, t, kind, dt),
                       f"  if ({name}_bytes > DISC_STACK_PARTIALS) free({name});"]
         lines.append("}\n")
         return "\n".join(lines)
@@ -691,6 +750,22 @@ class KernelEmitter:
             out.append(f"const int64_t i{d} = rem_{flat} % {size}; rem_{flat} /= {size};")
         out.append(f"const int64_t i{dims[0]} = rem_{flat};")
         return out
+
+
+def combine_partials(out: str, parts: str, t: str, kind: str, dt: DType) -> list[str]:
+    """Lines of a kernel entry that combine ``blocks`` partial rows of ``C`` elements,
+    ``width`` apart, into ``out``, in block order (deterministic). Row by row, so each step
+    is one vector loop along the columns: the column-by-column form (an inner loop over
+    the blocks) stayed scalar and cost most of a small LayerNorm backward's kernel."""
+    return [f"  {{ {t} *restrict o = {out}; const {t} *restrict p = {parts};",
+            "    #pragma omp simd",
+            "    for (int64_t c = 0; c < C; ++c) o[c] = p[c];",
+            "    for (int64_t b = 1; b < blocks; ++b) {",
+            "      #pragma omp simd",
+            "      for (int64_t c = 0; c < C; ++c) "
+            + combine(kind, dt, "o[c]", "p[b * width + c]"),
+            "    }",
+            "  }"]
 
 
 def vector_speculation(k: Kernel) -> bool:

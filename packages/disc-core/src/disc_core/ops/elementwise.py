@@ -414,7 +414,9 @@ C_TEMPLATES: dict[str, Callable[..., str]] = {
     "exp": lambda dt, x: f"disc_expf({x})" if dt is DType.F32 else f"exp({x})",
     "expm1": _libm("expm1"), "log": _libm("log"),
     "log1p": _libm("log1p"), "sqrt": _libm("sqrt"), "tanh": _libm("tanh"),
-    "erf": _libm("erf"), "sin": _libm("sin"), "cos": _libm("cos"), "tan": _libm("tan"),
+    # f32 erf: the prelude's inline disc_erff (vectorizes without libmvec, 1.1 ulp)
+    "erf": lambda dt, x: f"disc_erff({x})" if dt is DType.F32 else f"erf({x})",
+    "sin": _libm("sin"), "cos": _libm("cos"), "tan": _libm("tan"),
     "floor": _libm("floor"), "ceil": _libm("ceil"),
     "round": _libm("round"),  # C round(): half away from zero, like HLO round
     "round_even": _libm("rint"),  # default rounding mode: half to even
