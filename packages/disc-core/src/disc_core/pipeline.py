@@ -56,6 +56,7 @@ from .native.build import (
 )
 from .native.emit import ModuleInfo
 from .native.fusion import FusionPlan, Kernel, NativeUnsupported, plan_fusion
+from .native.gemm_epilogue import fuse_gemm_epilogues
 from .native.lower import backend_lowering
 from .parser import parse_graph
 from .passes import default_pipeline
@@ -126,7 +127,7 @@ def lower(graph: Graph, *, stats: dict[str, PassStats] | None = None) -> Graph:
 
 def fuse(graph: Graph) -> FusionPlan:
     """``fuse``: the fusion plan of a lowered graph (kernels, GEMM calls, aliases...)."""
-    return plan_fusion(graph)
+    return fuse_gemm_epilogues(plan_fusion(graph))
 
 
 def emit(graph: Graph, plan: FusionPlan, *, caller_busy: bool = False) -> ModuleInfo:
@@ -229,6 +230,10 @@ def _plan_text(plan: FusionPlan) -> str:
             kind, ops = f"{step.kind} kernel", step.ops
         else:
             kind, ops = type(step).__name__, [step.op]
+            epilogue = getattr(step, "epilogue", None)
+            if epilogue is not None:  # a kernel run on the GEMM's row blocks
+                kind += f" + {epilogue.kind} epilogue"
+                ops = ops + epilogue.ops
         lines.append(f"{i:3d} {kind}: {', '.join(op.name for op in ops)}")
     return "\n".join(lines) + "\n"
 

@@ -111,7 +111,13 @@ class Kernel:
 
 @dataclass
 class LibraryCall:
+    """A GEMM (``dot_general``) through BLAS. ``epilogue``: a row or loop kernel over the
+    GEMM's output that runs on each block of rows as soon as the block is computed
+    (``gemm_epilogue.fuse_gemm_epilogues``), reading ``epilogue_reads`` besides it."""
+
     op: Op
+    epilogue: Kernel | None = None
+    epilogue_reads: list[Value] = field(default_factory=list)
 
 
 @dataclass
@@ -168,13 +174,18 @@ class FusionPlan:
 
     @property
     def kernels(self) -> list[Kernel]:
-        return [s for s in self.steps if isinstance(s, Kernel)]
+        """Every generated kernel: the steps' own and the GEMM epilogues."""
+        return [k for s in self.steps for k in (
+            [s] if isinstance(s, Kernel) else
+            [s.epilogue] if isinstance(s, LibraryCall) and s.epilogue is not None else [])]
 
     def summary(self) -> dict[str, int]:
         kinds: dict[str, int] = {}
         for s in self.steps:
             name = s.kind if isinstance(s, Kernel) else type(s).__name__.lower()
             kinds[name] = kinds.get(name, 0) + 1
+            if isinstance(s, LibraryCall) and s.epilogue is not None:
+                kinds["gemm_epilogue"] = kinds.get("gemm_epilogue", 0) + 1
         return kinds
 
 
@@ -322,6 +333,9 @@ def step_values(s: Step) -> tuple[list[Value], list[Value]]:
         return s.inputs, s.outputs
     if isinstance(s, ScatterCall):
         return scatter_reads(s.op), list(s.op.results)
+    if isinstance(s, LibraryCall) and s.epilogue is not None:
+        reads = list(s.op.operands) + [v for v in s.epilogue_reads if v not in s.op.operands]
+        return reads, list(s.op.results) + list(s.epilogue.outputs)
     return list(s.op.operands), list(s.op.results)
 
 

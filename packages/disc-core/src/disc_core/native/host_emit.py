@@ -24,6 +24,7 @@ from .fusion import (
     step_values,
 )
 from .kernel_emit import vector_speculation
+from .gemm_epilogue import setup_epilogue
 from .library import emit_gemm, emit_scan, emit_scatter
 
 
@@ -244,7 +245,7 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     for n, s in enumerate(plan.steps):
         if isinstance(s, Alias):
             continue
-        produced = s.outputs if isinstance(s, Kernel) else s.op.results
+        produced = step_values(s)[1]
         taken: set[int] = set()  # a step's outputs never share a slot with each other
         for res in produced:
             g = group(res)
@@ -290,7 +291,11 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
         slot = 1 + len(info.profile)
         if isinstance(s, LibraryCall):
             info.needs_blas = True
-            L.extend(emit_gemm(s.op, ptr, syms))
+            if s.epilogue is not None:
+                pre, epi = setup_epilogue(s, ptr, syms, info)
+                L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi), "  }"])
+            else:
+                L.extend(emit_gemm(s.op, ptr, syms))
             info.gemm_dtypes.add(s.op.operands[0].dtype)
         elif isinstance(s, ScatterCall):
             L.extend(emit_scatter(s.op, ptr, syms))
@@ -327,6 +332,10 @@ def _profile_entry(step: object, done: list[dict]) -> dict:
     op = step.op  # type: ignore[attr-defined]
     name = {"library": "gemm"}.get(kind, kind)
     n = sum(1 for e in done if e["kind"] == kind)
+    if isinstance(step, LibraryCall) and step.epilogue is not None:
+        shape = " x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])
+        return {"name": f"gemm{n}", "kind": kind,
+                "ops": [op.name] + [o.name for o in step.epilogue.ops], "shape": shape}
     shape = (" x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])
              if kind == "library" else _shape_text(tuple(op.results[0].shape)))
     return {"name": f"{name}{n}", "kind": kind, "ops": [op.name], "shape": shape}

@@ -49,8 +49,12 @@ def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | No
     return ta, tb, lfree, lc, rfree
 
 
-def emit_gemm(op: Op, ptr: Ptr, syms: Symbols) -> list[str]:
-    """One call of the module's GEMM helper (:func:`gemm_helper`) for ``op``."""
+def emit_gemm(op: Op, ptr: Ptr, syms: Symbols,
+              epilogue: tuple[str, str, str, str] | None = None) -> list[str]:
+    """One call of the module's GEMM helper (:func:`gemm_helper`) for ``op``; with
+    ``epilogue`` = C expressions (function, its tensor array, kernel rows per row of C,
+    counters or NULL) the helper runs that fused kernel on each block of rows it computes
+    (``gemm_epilogue``)."""
     lhs, rhs = op.operands
     dt = lhs.dtype
     if dt not in (DType.F32, DType.F64):
@@ -65,10 +69,14 @@ def emit_gemm(op: Op, ptr: Ptr, syms: Symbols) -> list[str]:
     K = syms.c(product(lhs.shape[d] for d in lc))
     B = syms.c(product(lhs.shape[:nb]))
     t = ctype(dt)
+    epi = "NULL, NULL, NULL, 0, NULL"
+    if epilogue is not None:
+        fn, args, q, count = epilogue
+        epi = f"{fn}, {args}, S, {q}, {count}"
     return [
         f"  {{ const int rc = disc_gemm_{t}(env, {int(ta == 112)}, {int(tb == 112)}, {M}, {N}, "
         f"{K}, {B}, (const {t} *){ptr(lhs)}, (const {t} *){ptr(rhs)}, "
-        f"({t} *){ptr(op.results[0])});",
+        f"({t} *){ptr(op.results[0])}, {epi});",
         f"    if (rc == 1) DISC_FAIL(\"no BLAS {'sgemm' if dt is DType.F32 else 'dgemm'} was "
         "provided to this module\");",
         "    if (rc) DISC_FAIL(\"out of memory for a GEMM's partial sums\"); }",

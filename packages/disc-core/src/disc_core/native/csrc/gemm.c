@@ -12,14 +12,86 @@
      DISC_GEMM_T         the element type
      DISC_GEMM_BLAS      the disc_env field of the Fortran-interface GEMM (sgemm, dgemm)
      DISC_GEMM_BLAS_FN   its function pointer type (disc_sgemm_fn, disc_dgemm_fn)
-     DISC_GEMM_ROWMAJOR  1 to use disc_env.sgemm_rowmajor when present (f32 only) */
+     DISC_GEMM_ROWMAJOR  1 to use disc_env.sgemm_rowmajor when present (f32 only)
+
+   With an epilogue (epi not NULL: a fused row or loop kernel over the GEMM's output,
+   native/gemm_epilogue.py), C is computed in blocks of rows, each handed to the kernel
+   right after BLAS writes it, while it is still in cache: epi(epi_args, S, lo, hi) runs
+   the kernel's rows [lo, hi), epi_q kernel rows per row of C. Blocks go to the team
+   dynamically (one BLAS thread each). Where splitting the rows would starve BLAS (few rows
+   and more columns: the column split; a small C over a long K: the K split), the GEMM runs
+   as without an epilogue and the kernel after it, over all rows in parallel.
+   epi_count (when not NULL) counts the choice: [0] row blocks, [1] the kernel after. */
+#ifndef DISC_GEMM_EPILOGUE_DEFINED
+#define DISC_GEMM_EPILOGUE_DEFINED
+/* a fused kernel's rows [lo, hi), its tensors in epi_args (native/gemm_epilogue.py) */
+typedef void (*disc_epi_fn)(void *const *, const int64_t *, int64_t, int64_t);
+/* rows of C per epilogue block: about this many bytes (a share of L2), but at least
+   DISC_GEMM_EPI_MIN_ROWS rows (every block call packs B again) */
+#define DISC_GEMM_EPI_BLOCK_BYTES (1 << 20)
+#define DISC_GEMM_EPI_MIN_ROWS 64
+/* an epilogue kernel run after its GEMM goes parallel from this many elements */
+#define DISC_GEMM_EPI_PAR_MIN 32768
+static void disc_gemm_epi_after(disc_epi_fn epi, void *const *args, const int64_t *S,
+                                int64_t rows, int64_t cols) {
+  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();
+  const int64_t blocks = rows * cols < DISC_GEMM_EPI_PAR_MIN ? 1 : rows < want ? rows : want;
+  if (blocks <= 1) { epi(args, S, 0, rows); return; }
+  #pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < blocks; ++b) epi(args, S, rows * b / blocks, rows * (b + 1) / blocks);
+}
+#endif
 static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta, int tb,
     int64_t M, int64_t N, int64_t K, int64_t B, const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
-    DISC_GEMM_T *Cm) {
+    DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,
+    int64_t epi_q, int64_t *epi_count) {
   if (!env->DISC_GEMM_BLAS) return 1;
 #if DISC_GEMM_ROWMAJOR
   const disc_sgemm_rowmajor_fn rowmajor = (disc_sgemm_rowmajor_fn)env->sgemm_rowmajor;
 #endif
+  if (epi) {
+    if (B <= 0 || M <= 0) return 0;  /* no rows: the kernel has nothing to do either */
+    const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? omp_get_max_threads() : 1;
+    const int64_t big = M > N ? M : N;
+    const int rows_ok = nt == 1 || B >= nt || M >= N || M >= DISC_GEMM_EPI_MIN_ROWS * nt;
+    const int split_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
+    if (N <= 0 || K <= 0 || !rows_ok || split_k) {
+      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, A, Bm, Cm, NULL, NULL, NULL, 0, NULL);
+      if (rc) return rc;
+      if (epi_count) epi_count[1] += 1;
+      disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
+      return 0;
+    }
+    if (epi_count) epi_count[0] += 1;
+    const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    const char *opa = ta ? "T" : "N", *opb = tb ? "T" : "N";
+    /* one block per member (as the plain row split), smaller when that overflows the
+       cache budget */
+    const int64_t share = B >= nt ? M : (M + nt - 1) / nt;
+    int64_t cap = DISC_GEMM_EPI_BLOCK_BYTES / (N * (int64_t)sizeof(DISC_GEMM_T));
+    cap = cap < DISC_GEMM_EPI_MIN_ROWS ? DISC_GEMM_EPI_MIN_ROWS : cap;
+    const int64_t mb = share < cap ? share : cap;
+    const int64_t chunks = (M + mb - 1) / mb, tasks = B * chunks;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t b = task / chunks, m0 = (task % chunks) * mb;
+      const int64_t m1 = m0 + mb < M ? m0 + mb : M;
+      int64_t rows = m1 - m0;
+      const DISC_GEMM_T one = 1, zero = 0;
+      const DISC_GEMM_T *a = A + b*M*K + (ta ? m0 : m0 * K);
+      DISC_GEMM_T *c = Cm + b*M*N + m0*N;
+#if DISC_GEMM_ROWMAJOR
+      if (rowmajor)
+        rowmajor(*opa, *opb, rows, N, K, 1.0f, a, lda, Bm + b*K*N, ldb, 0.0f, c, N);
+      else
+#endif
+        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &N, &rows, &K, &one, Bm + b*K*N, &ldb, a, &lda, &zero, c, &N, 1, 1);
+      epi(epi_args, S, (b * M + m0) * epi_q, (b * M + m1) * epi_q);
+    }
+    if (env->blas_threads_local) env->blas_threads_local(prev);
+    return 0;
+  }
   if (M > 0 && N > 0 && K == 0) memset(Cm, 0, (size_t)(B*M*N) * sizeof(*Cm));
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   /* GEMMs run on this module's OpenMP team, one BLAS thread per member: batches
