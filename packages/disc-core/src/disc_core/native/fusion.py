@@ -33,6 +33,7 @@ from ..index_map import DATA, Aff, DimMap, Entry, Quot, compose, kdim
 from ..ir import Graph, Op, Value
 from ..opdef import Fusion
 from ..ops.shape_ops import unit_reshape_pairs
+from .gemm_operands import library_reads
 
 __all__ = ["DATA", "Aff", "Alias", "DimMap", "Entry", "FusionPlan", "Kernel", "LibraryCall",
            "NativeUnsupported", "Quot", "ScanCall", "ScatterCall", "Step", "compose", "kdim",
@@ -259,7 +260,7 @@ def _plan_steps(graph: Graph, banned: set[int]) -> list[Step]:
         role = op.opdef.fusion
         if role == Fusion.LIBRARY:
             step: Step = LibraryCall(op)
-            reads = list(op.operands)
+            reads = library_reads(op)
         elif role == Fusion.ALIAS:
             step = Alias(op)
             reads = list(op.operands)
@@ -333,8 +334,11 @@ def step_values(s: Step) -> tuple[list[Value], list[Value]]:
         return s.inputs, s.outputs
     if isinstance(s, ScatterCall):
         return scatter_reads(s.op), list(s.op.results)
-    if isinstance(s, LibraryCall) and s.epilogue is not None:
-        reads = list(s.op.operands) + [v for v in s.epilogue_reads if v not in s.op.operands]
+    if isinstance(s, LibraryCall):
+        reads = library_reads(s.op)
+        if s.epilogue is None:
+            return reads, list(s.op.results)
+        reads += [v for v in s.epilogue_reads if v not in reads]
         return reads, list(s.op.results) + list(s.epilogue.outputs)
     return list(s.op.operands), list(s.op.results)
 

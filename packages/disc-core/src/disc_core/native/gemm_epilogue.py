@@ -101,9 +101,12 @@ def _consumer(steps: list[Step], g: int, reach: list[int]) -> tuple[int, dict[in
             continue
         if any(id(v) in group for o in k.ops for v in o.results):
             continue
-        # no step between: the kernel may not depend on C through another step
+        # no step between: the kernel may not depend on C through another step (a
+        # reshape of C is C's own buffer)
+        views = {q for q, t in enumerate(steps)
+                 if isinstance(t, Alias) and id(t.op.results[0]) in group}
         if any(reach[c] >> q & 1 and reach[q] >> g & 1 for q in range(len(steps))
-               if q not in (g, c)):
+               if q not in (g, c) and q not in views):
             continue
         return c, group
     return None

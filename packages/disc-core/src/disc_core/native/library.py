@@ -12,6 +12,7 @@ from ..symbolic import product
 from .ccommon import PAR_MIN, Symbols, c_source, combine, identity, scalar_constant, strides
 from .cexpr import ctype
 from .fusion import NativeUnsupported, scatter_fill
+from .gemm_operands import batch_shared_source
 
 Ptr = Callable[[Value], str]
 
@@ -69,13 +70,18 @@ def emit_gemm(op: Op, ptr: Ptr, syms: Symbols,
     K = syms.c(product(lhs.shape[d] for d in lc))
     B = syms.c(product(lhs.shape[:nb]))
     t = ctype(dt)
+    # an operand shared by every batch (a broadcast along the batch dims): its source,
+    # read with batch stride 0
+    src = [batch_shared_source(op, i) for i in range(2)]
+    a_ptr, b_ptr = (ptr(s if s is not None else v) for s, v in zip(src, (lhs, rhs)))
+    shared = f"{int(src[0] is not None)}, {int(src[1] is not None)}"
     epi = "NULL, NULL, NULL, 0, NULL"
     if epilogue is not None:
         fn, args, q, count = epilogue
         epi = f"{fn}, {args}, S, {q}, {count}"
     return [
         f"  {{ const int rc = disc_gemm_{t}(env, {int(ta == 112)}, {int(tb == 112)}, {M}, {N}, "
-        f"{K}, {B}, (const {t} *){ptr(lhs)}, (const {t} *){ptr(rhs)}, "
+        f"{K}, {B}, {shared}, (const {t} *){a_ptr}, (const {t} *){b_ptr}, "
         f"({t} *){ptr(op.results[0])}, {epi});",
         f"    if (rc == 1) DISC_FAIL(\"no BLAS {'sgemm' if dt is DType.F32 else 'dgemm'} was "
         "provided to this module\");",

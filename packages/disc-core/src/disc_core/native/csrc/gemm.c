@@ -14,6 +14,8 @@
      DISC_GEMM_BLAS_FN   its function pointer type (disc_sgemm_fn, disc_dgemm_fn)
      DISC_GEMM_ROWMAJOR  1 to use disc_env.sgemm_rowmajor when present (f32 only)
 
+   a_shared / b_shared: that operand is one matrix every batch shares (batch stride 0).
+
    With an epilogue (epi not NULL: a fused row or loop kernel over the GEMM's output,
    native/gemm_epilogue.py), C is computed in blocks of rows, each handed to the kernel
    right after BLAS writes it, while it is still in cache: epi(epi_args, S, lo, hi) runs
@@ -42,10 +44,13 @@ static void disc_gemm_epi_after(disc_epi_fn epi, void *const *args, const int64_
 }
 #endif
 static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta, int tb,
-    int64_t M, int64_t N, int64_t K, int64_t B, const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
+    int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,
+    const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
     DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,
     int64_t epi_q, int64_t *epi_count) {
   if (!env->DISC_GEMM_BLAS) return 1;
+  /* batch strides: 0 for an operand every batch shares */
+  const int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N;
 #if DISC_GEMM_ROWMAJOR
   const disc_sgemm_rowmajor_fn rowmajor = (disc_sgemm_rowmajor_fn)env->sgemm_rowmajor;
 #endif
@@ -56,7 +61,8 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     const int rows_ok = nt == 1 || B >= nt || M >= N || M >= DISC_GEMM_EPI_MIN_ROWS * nt;
     const int split_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
     if (N <= 0 || K <= 0 || !rows_ok || split_k) {
-      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, A, Bm, Cm, NULL, NULL, NULL, 0, NULL);
+      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm,
+                                    NULL, NULL, NULL, 0, NULL);
       if (rc) return rc;
       if (epi_count) epi_count[1] += 1;
       disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
@@ -79,14 +85,14 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
       const int64_t m1 = m0 + mb < M ? m0 + mb : M;
       int64_t rows = m1 - m0;
       const DISC_GEMM_T one = 1, zero = 0;
-      const DISC_GEMM_T *a = A + b*M*K + (ta ? m0 : m0 * K);
+      const DISC_GEMM_T *a = A + b*sa + (ta ? m0 : m0 * K);
       DISC_GEMM_T *c = Cm + b*M*N + m0*N;
 #if DISC_GEMM_ROWMAJOR
       if (rowmajor)
-        rowmajor(*opa, *opb, rows, N, K, 1.0f, a, lda, Bm + b*K*N, ldb, 0.0f, c, N);
+        rowmajor(*opa, *opb, rows, N, K, 1.0f, a, lda, Bm + b*sb, ldb, 0.0f, c, N);
       else
 #endif
-        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &N, &rows, &K, &one, Bm + b*K*N, &ldb, a, &lda, &zero, c, &N, 1, 1);
+        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &N, &rows, &K, &one, Bm + b*sb, &ldb, a, &lda, &zero, c, &N, 1, 1);
       epi(epi_args, S, (b * M + m0) * epi_q, (b * M + m1) * epi_q);
     }
     if (env->blas_threads_local) env->blas_threads_local(prev);
@@ -138,12 +144,12 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     else if (mb > 0 && nb > 0)
 #if DISC_GEMM_ROWMAJOR
       if (rowmajor) for (int64_t b = b0; b < b1; ++b)
-        rowmajor(*opa, *opb, mb, nb, kb, 1.0f, A + b*M*K + a_off, lda, Bm + b*K*N + b_off, ldb, 0.0f, dst + b*M*N, N);
+        rowmajor(*opa, *opb, mb, nb, kb, 1.0f, A + b*sa + a_off, lda, Bm + b*sb + b_off, ldb, 0.0f, dst + b*M*N, N);
       else
 #endif
       /* row-major C = op(A) op(B) is column-major C' = op(B)' op(A)' */
       for (int64_t b = b0; b < b1; ++b)
-        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &nb, &mb, &kb, &one, Bm + b*K*N + b_off, &ldb, A + b*M*K + a_off, &lda, &zero, dst + b*M*N, &N, 1, 1);
+        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &nb, &mb, &kb, &one, Bm + b*sb + b_off, &ldb, A + b*sa + a_off, &lda, &zero, dst + b*M*N, &N, 1, 1);
     if (by_k) {
       #pragma omp barrier
       const int64_t total = B * M * N, lo = total * tid / T, hi = total * (tid + 1) / T;
