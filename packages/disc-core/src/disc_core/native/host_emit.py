@@ -23,8 +23,8 @@ from .fusion import (
     ScatterCall,
     step_values,
 )
-from .kernel_emit import vector_speculation
 from .gemm_epilogue import setup_epilogue
+from .kernel_emit import vector_speculation
 from .library import emit_gemm, emit_scan, emit_scatter
 
 
