@@ -247,7 +247,27 @@ def test_convolution_bias_relu_per_image(tmp_path, dt, stride) -> None:
     assert fn.stats.compiles == 1
     exe = Compiler(CompileCache(tmp_path), target="native").compile(g)
     steps = plan(exe)
-    assert steps["librarycall"] == 1 and steps["gemm_epilogue"] == 1
-    # the padded NHWC input, the patch gather and the weights' [O, taps*C] layout: the
-    # output needs no transpose and the weights are never repeated per image
-    assert steps["loop"] == 3
+    # the patch gather runs inside the GEMM (its prologue: block by block into a buffer),
+    # bias and ReLU too (its epilogue); left: the padded NHWC input and the weights'
+    # [O, taps*C] layout. The output needs no transpose, the weights are never repeated
+    # per image, and the patch matrix is never written whole.
+    assert steps == {"librarycall": 1, "gemm_prologue": 1, "gemm_epilogue": 1, "loop": 2,
+                     "alias": 3}
+    native = exe.artifact.metadata["native"]
+    assert launch_counts(native) == (2, 1)
+
+
+def test_convolution_without_epilogue_makes_its_patches_in_blocks(compiler) -> None:
+    """A bare convolution (its output returned as is): the patch gather is still the
+    GEMM's prologue, with no epilogue; 1-D, odd channel counts, empty and unit sizes."""
+    b = GraphBuilder("conv1d")
+    N, L = b.symbol("N"), b.symbol("L")
+    x, w = b.input("x", "f32", [N, 3, L]), b.input("w", "f32", [7, 3, 5])
+    g = b.build(b.convolution(x, w, window_strides=[1], padding=[[2, 2]], lhs_dilation=[1],
+                              rhs_dilation=[1], feature_group_count=1, batch_group_count=1,
+                              input_layout="NCW", kernel_layout="OIW", output_layout="NCW"))
+    exe = compiler.compile(g)
+    steps = plan(exe)
+    assert steps.get("gemm_prologue") == 1 and "gemm_epilogue" not in steps
+    for n, length in [(1, 1), (2, 9), (0, 4), (3, 0), (5, 4001)]:
+        check(exe, g, [randn(n, 3, length), randn(7, 3, 5)], 1e-4)

@@ -114,11 +114,14 @@ class Kernel:
 class LibraryCall:
     """A GEMM (``dot_general``) through BLAS. ``epilogue``: a row or loop kernel over the
     GEMM's output that runs on each block of rows as soon as the block is computed
-    (``gemm_epilogue.fuse_gemm_epilogues``), reading ``epilogue_reads`` besides it."""
+    (``gemm_epilogue.fuse_gemm_epilogues``), reading ``epilogue_reads`` besides it.
+    ``prologue``: the loop kernel that makes the GEMM's rhs, run block by block into a
+    buffer the GEMM reads at once, never written whole (``gemm_prologue``)."""
 
     op: Op
     epilogue: Kernel | None = None
     epilogue_reads: list[Value] = field(default_factory=list)
+    prologue: Kernel | None = None
 
 
 @dataclass
@@ -178,7 +181,8 @@ class FusionPlan:
         """Every generated kernel: the steps' own and the GEMM epilogues."""
         return [k for s in self.steps for k in (
             [s] if isinstance(s, Kernel) else
-            [s.epilogue] if isinstance(s, LibraryCall) and s.epilogue is not None else [])]
+            [x for x in (s.prologue, s.epilogue) if x is not None]
+            if isinstance(s, LibraryCall) else [])]
 
     def summary(self) -> dict[str, int]:
         kinds: dict[str, int] = {}
@@ -187,6 +191,8 @@ class FusionPlan:
             kinds[name] = kinds.get(name, 0) + 1
             if isinstance(s, LibraryCall) and s.epilogue is not None:
                 kinds["gemm_epilogue"] = kinds.get("gemm_epilogue", 0) + 1
+            if isinstance(s, LibraryCall) and s.prologue is not None:
+                kinds["gemm_prologue"] = kinds.get("gemm_prologue", 0) + 1
         return kinds
 
 
@@ -336,6 +342,8 @@ def step_values(s: Step) -> tuple[list[Value], list[Value]]:
         return scatter_reads(s.op), list(s.op.results)
     if isinstance(s, LibraryCall):
         reads = library_reads(s.op)
+        if s.prologue is not None:  # the rhs is made inside the step, from these
+            reads = reads[:1] + [v for v in s.prologue.inputs if v not in reads[:1]]
         if s.epilogue is None:
             return reads, list(s.op.results)
         reads += [v for v in s.epilogue_reads if v not in reads]

@@ -25,6 +25,7 @@ to the GEMM followed by the kernel over all rows (still one step, counted apart)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..dtypes import DType
 from ..ir import Op, Value
@@ -61,8 +62,8 @@ def fuse_gemm_epilogues(plan: FusionPlan) -> FusionPlan:
             c, group = found
             k = steps[c]
             assert isinstance(k, Kernel)
-            fused = LibraryCall(s.op, epilogue=k,
-                                epilogue_reads=[v for v in k.inputs if id(v) not in group])
+            fused = replace(s, epilogue=k,
+                            epilogue_reads=[v for v in k.inputs if id(v) not in group])
             steps = _order_steps([fused if n == g else t for n, t in enumerate(steps)
                                   if n != c])
             break
@@ -174,21 +175,12 @@ def epilogue_source(plan: FusionPlan, k: Kernel, decls: list[str], info: ModuleI
     return rows_entries(k, info.kernels[-1]["variants"], decls)
 
 
-def setup_epilogue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols, info: ModuleInfo
-                   ) -> tuple[list[str], tuple[str, str, str, str]]:
-    """Host C before the GEMM call of ``step``: the checks and version choice of its
-    epilogue kernel (as ``host_emit`` launches kernels), its tensor array; and the
-    epilogue arguments of :func:`library.emit_gemm`."""
-    k = step.epilogue
-    assert k is not None
-    q = epilogue_rows(step.op, k)
-    assert q is not None
-    variants = _variants(info, k)
+def version_choice(k: Kernel, syms: Symbols, info: ModuleInfo, suffix: str
+                   ) -> tuple[list[str], str]:
+    """Host C choosing the version of fused kernel ``k`` for this call (as ``host_emit``
+    launches kernels: implicit broadcasts checked, vector-multiple and short rows), and the
+    expression naming that version's entry ``kernel<id>_<version>_<suffix>``."""
     lines: list[str] = []
-    names = [f"(void *){ptr(v)}" for v in k.inputs] + [f"(void *){ptr(o)}" for o in k.outputs]
-    lines.append(f"  void *const epi{k.id}[] = {{{', '.join(names)}}};")
-    base = len(info.counters)
-    info.counters += [f"kernel{k.id}.gemm_blocks", f"kernel{k.id}.after_gemm"]
     fast = "1"
     if k.speculative:
         conds = []
@@ -201,14 +193,32 @@ def setup_epilogue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols
                              f"dim {j} is %lld, expected 1 or %lld\", (long long){a}, "
                              f"(long long){b});")
         fast = " && ".join(conds)
-    choice = f"kernel{k.id}_fast_rows"
+    choice = f"kernel{k.id}_fast_{suffix}"
     if vector_speculation(k):
         inner = syms.c(k.space[-1])
-        choice = (f"(({inner}) % DISC_VEC_LANES == 0 ? kernel{k.id}_fast_vec_rows : "
-                  f"({inner}) < DISC_SHORT_ROW_MAX ? kernel{k.id}_fast_short_rows : "
-                  f"kernel{k.id}_fast_rows)")
-    if "strided" in variants:
-        choice = f"(({fast}) ? {choice} : kernel{k.id}_strided_rows)"
+        choice = (f"(({inner}) % DISC_VEC_LANES == 0 ? kernel{k.id}_fast_vec_{suffix} : "
+                  f"({inner}) < DISC_SHORT_ROW_MAX ? kernel{k.id}_fast_short_{suffix} : "
+                  f"kernel{k.id}_fast_{suffix})")
+    if "strided" in _variants(info, k):
+        choice = f"(({fast}) ? {choice} : kernel{k.id}_strided_{suffix})"
+    return lines, choice
+
+
+def setup_epilogue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols,
+                   info: ModuleInfo) -> tuple[list[str], tuple[str, str, str, str]]:
+    """Host C before the GEMM call of ``step``: the checks and version choice of its
+    epilogue kernel, its tensor array; and the epilogue arguments of
+    :func:`library.emit_gemm`."""
+    k = step.epilogue
+    assert k is not None
+    q = epilogue_rows(step.op, k)
+    assert q is not None
+    names = [f"(void *){ptr(v)}" for v in k.inputs] + [f"(void *){ptr(o)}" for o in k.outputs]
+    lines = [f"  void *const epi{k.id}[] = {{{', '.join(names)}}};"]
+    base = len(info.counters)
+    info.counters += [f"kernel{k.id}.gemm_blocks", f"kernel{k.id}.after_gemm"]
+    checks, choice = version_choice(k, syms, info, "rows")
+    lines += checks
     fn = f"epi_fn{k.id}"
     lines.append(f"  const disc_epi_fn {fn} = {choice};")
     count = f"(env->counters ? env->counters + {base} : NULL)"

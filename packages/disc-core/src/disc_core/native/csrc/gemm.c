@@ -23,7 +23,13 @@
    dynamically (one BLAS thread each). Where splitting the rows would starve BLAS (few rows
    and more columns: the column split; a small C over a long K: the K split), the GEMM runs
    as without an epilogue and the kernel after it, over all rows in parallel.
-   epi_count (when not NULL) counts the choice: [0] row blocks, [1] the kernel after. */
+   epi_count (when not NULL) counts the choice: [0] row blocks, [1] the kernel after.
+
+   With a prologue (pro not NULL, native/gemm_prologue.py; Bm is then NULL): the rhs, laid
+   out [B, N, K] (tb), is never in memory whole. C is computed in blocks of columns, each
+   block's rhs rows made by pro(pro_args, S, lo, hi, buf) into a per-thread buffer
+   (pro_q kernel rows per rhs row), multiplied at once and, with an epilogue, each row of
+   the block handed to it (blocks are whole epilogue rows: a multiple of N / epi_q). */
 #ifndef DISC_GEMM_EPILOGUE_DEFINED
 #define DISC_GEMM_EPILOGUE_DEFINED
 /* a fused kernel's rows [lo, hi), its tensors in epi_args (native/gemm_epilogue.py) */
@@ -34,6 +40,9 @@ typedef void (*disc_epi_fn)(void *const *, const int64_t *, int64_t, int64_t);
 #define DISC_GEMM_EPI_MIN_ROWS 64
 /* an epilogue kernel run after its GEMM goes parallel from this many elements */
 #define DISC_GEMM_EPI_PAR_MIN 32768
+/* a prologue's rhs block: about this many bytes per thread */
+#define DISC_GEMM_PRO_BLOCK_BYTES (256 << 10)
+typedef void (*disc_pro_fn)(void *const *, const int64_t *, int64_t, int64_t, void *);
 static void disc_gemm_epi_after(disc_epi_fn epi, void *const *args, const int64_t *S,
                                 int64_t rows, int64_t cols) {
   const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();
@@ -47,13 +56,64 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,
     const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
     DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,
-    int64_t epi_q, int64_t *epi_count) {
+    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q) {
   if (!env->DISC_GEMM_BLAS) return 1;
   /* batch strides: 0 for an operand every batch shares */
   const int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N;
 #if DISC_GEMM_ROWMAJOR
   const disc_sgemm_rowmajor_fn rowmajor = (disc_sgemm_rowmajor_fn)env->sgemm_rowmajor;
 #endif
+  if (pro) {
+    if (B <= 0 || M <= 0) return 0;
+    if (N <= 0 || K <= 0) {  /* C is empty or zeros; nothing to make */
+      if (N > 0) memset(Cm, 0, (size_t)(B * M * N) * sizeof(*Cm));
+      if (epi) {
+        if (epi_count) epi_count[1] += 1;
+        disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
+      }
+      return 0;
+    }
+    const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? omp_get_max_threads() : 1;
+    const int64_t cw = epi ? N / epi_q : 1;  /* columns of C per epilogue row */
+    int64_t pb = DISC_GEMM_PRO_BLOCK_BYTES / (K * (int64_t)sizeof(DISC_GEMM_T));
+    pb = pb < 16 ? 16 : pb;
+    pb = (pb + cw - 1) / cw * cw;
+    pb = pb < N ? pb : N;
+    const int64_t chunks = (N + pb - 1) / pb, tasks = B * chunks;
+    DISC_GEMM_T *bufs = (DISC_GEMM_T *)malloc((size_t)(nt * pb * K) * sizeof(DISC_GEMM_T));
+    if (!bufs) return 2;
+    if (epi && epi_count) epi_count[0] += 1;
+    const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+    const int64_t lda = ta ? M : K;
+    const char *opa = ta ? "T" : "N";
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * pb * K;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t b = task / chunks, p0 = (task % chunks) * pb;
+        const int64_t p1 = p0 + pb < N ? p0 + pb : N;
+        int64_t cols = p1 - p0;
+        const DISC_GEMM_T one = 1, zero = 0;
+        pro(pro_args, S, (b * N + p0) * pro_q, (b * N + p1) * pro_q, buf);
+        DISC_GEMM_T *c = Cm + b*M*N + p0;
+#if DISC_GEMM_ROWMAJOR
+        if (rowmajor)
+          rowmajor(*opa, 'T', M, cols, K, 1.0f, A + b*sa, lda, buf, K, 0.0f, c, N);
+        else
+#endif
+          ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)("T", opa, &cols, &M, &K, &one, buf, &K, A + b*sa, &lda, &zero, c, &N, 1, 1);
+        if (epi)
+          for (int64_t m = 0; m < M; ++m) {
+            const int64_t r = (b * M + m) * epi_q;
+            epi(epi_args, S, r + p0 / cw, r + p1 / cw);
+          }
+      }
+    }
+    if (env->blas_threads_local) env->blas_threads_local(prev);
+    free(bufs);
+    return 0;
+  }
   if (epi) {
     if (B <= 0 || M <= 0) return 0;  /* no rows: the kernel has nothing to do either */
     const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? omp_get_max_threads() : 1;
@@ -62,7 +122,7 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     const int split_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
     if (N <= 0 || K <= 0 || !rows_ok || split_k) {
       const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm,
-                                    NULL, NULL, NULL, 0, NULL);
+                                    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0);
       if (rc) return rc;
       if (epi_count) epi_count[1] += 1;
       disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
