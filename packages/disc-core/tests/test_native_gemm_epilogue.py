@@ -271,3 +271,21 @@ def test_convolution_without_epilogue_makes_its_patches_in_blocks(compiler) -> N
     assert steps.get("gemm_prologue") == 1 and "gemm_epilogue" not in steps
     for n, length in [(1, 1), (2, 9), (0, 4), (3, 0), (5, 4001)]:
         check(exe, g, [randn(n, 3, length), randn(7, 3, 5)], 1e-4)
+
+
+def test_weight_gradient_prologue_with_a_long_k(compiler) -> None:
+    """A convolution's weight gradient: a small C over K = every input position. Its patch
+    gather is the GEMM's prologue; with several threads the helper makes the patches whole
+    and splits K (blocks of C's columns would each read all of A again). Right either way,
+    for large and tiny images."""
+    b = GraphBuilder("filter_grad")
+    N, H = b.symbol("N"), b.symbol("H")
+    x = b.input("x", "f32", [N, 3, H, H])
+    dy = b.input("dy", "f32", [N, 4, H, H])
+    kw = dict(window_strides=[1, 1], padding=[[1, 1], [1, 1]], rhs_dilation=[1, 1],
+              input_layout="NCHW", kernel_layout="OIHW", output_layout="NCHW")
+    g = b.build(b.conv_filter_grad(x, dy, [4, 3, 3, 3], **kw))
+    exe = compiler.compile(g)
+    assert plan(exe).get("gemm_prologue") == 1
+    for n, h in [(2, 64), (1, 1), (3, 5), (0, 4), (1, 130)]:
+        check(exe, g, [randn(n, 3, h, h), randn(n, 4, h, h)], 2e-3)

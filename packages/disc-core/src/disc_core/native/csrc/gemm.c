@@ -29,7 +29,8 @@
    out [B, N, K] (tb), is never in memory whole. C is computed in blocks of columns, each
    block's rhs rows made by pro(pro_args, S, lo, hi, buf) into a per-thread buffer
    (pro_q kernel rows per rhs row), multiplied at once and, with an epilogue, each row of
-   the block handed to it (blocks are whole epilogue rows: a multiple of N / epi_q). */
+   the block handed to it (blocks are whole epilogue rows: a multiple of N / epi_q). Where
+   the plain GEMM would split K (a small C over a long K), the rhs is made whole first. */
 #ifndef DISC_GEMM_EPILOGUE_DEFINED
 #define DISC_GEMM_EPILOGUE_DEFINED
 /* a fused kernel's rows [lo, hi), its tensors in epi_args (native/gemm_epilogue.py) */
@@ -74,6 +75,24 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
       return 0;
     }
     const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? omp_get_max_threads() : 1;
+    if (nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * (M > N ? M : N)) {
+      /* a small C over a long K (a weight gradient): blocks of C's columns would each
+         read all of A again; the rhs is made whole (in parallel) and the K split runs */
+      DISC_GEMM_T *rhs = (DISC_GEMM_T *)malloc((size_t)(B * N * K) * sizeof(DISC_GEMM_T));
+      if (!rhs) return 2;
+      const int64_t rows = B * N * pro_q, inner = K / pro_q;
+      const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * nt;
+      const int64_t blocks = rows < want ? rows : want;
+      #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t lo = rows * blk / blocks, hi = rows * (blk + 1) / blocks;
+        pro(pro_args, S, lo, hi, rhs + lo * inner);
+      }
+      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, 0, A, rhs, Cm, epi,
+                                    epi_args, S, epi_q, epi_count, NULL, NULL, 0);
+      free(rhs);
+      return rc;
+    }
     const int64_t cw = epi ? N / epi_q : 1;  /* columns of C per epilogue row */
     int64_t pb = DISC_GEMM_PRO_BLOCK_BYTES / (K * (int64_t)sizeof(DISC_GEMM_T));
     pb = pb < 16 ? 16 : pb;
