@@ -72,18 +72,17 @@ def launch_counts(native: Mapping[str, Any] | None) -> tuple[int, int] | None:
     ``metadata["native"]``; None for an artifact without native code (nothing counted).
 
     Kernels are the code DISC generated: fused kernels plus the serial scatter and scan
-    loops (a kernel fused into a GEMM as its prologue or epilogue runs inside the library
-    call, and is not counted); library calls are the GEMMs (``librarycall`` in the fusion
-    summary). Coverage reports show both (``kernels`` and ``library_calls`` of a
-    cluster): counting only the generated kernels made a GEMM-heavy cluster look like less
-    work than it launches.
+    loops (a kernel fused into a GEMM as its prologue or epilogue is generated code too,
+    run by the library call on its blocks: counted, and a fusion); library calls are the
+    GEMMs (``librarycall`` in the fusion summary). Coverage reports show both (``kernels``
+    and ``library_calls`` of a cluster): counting only the generated kernels made a
+    GEMM-heavy cluster look like less work than it launches.
     """
     if not native:
         return None
     steps = native.get("fusion", {})
-    own = [k for k in native.get("kernels", [])
-           if not k.get("gemm_epilogue") and not k.get("gemm_prologue")]
-    kernels = len(own) + steps.get("scattercall", 0) + steps.get("scancall", 0)
+    kernels = len(native.get("kernels", [])) + steps.get("scattercall", 0) + steps.get(
+        "scancall", 0)
     return kernels, steps.get("librarycall", 0)
 
 
