@@ -291,3 +291,19 @@ def test_weight_gradient_prologue_with_a_long_k(compiler) -> None:
     assert plan(exe).get("gemm_prologue") == 1
     for n, h in [(2, 64), (1, 1), (3, 5), (0, 4), (1, 130)]:
         check(exe, g, [randn(n, 3, h, h), randn(n, 4, h, h)], 2e-3)
+
+
+def test_module_split_into_units_keeps_fused_entries(tmp_path, monkeypatch) -> None:
+    """Compiled as several translation units, the GEMM helper (with the host) calls the
+    prologue and epilogue entries of kernels in other units through their prototypes."""
+    from disc_core.native import emit
+
+    monkeypatch.setattr(emit, "SPLIT_MIN_CHARS", 1)
+    monkeypatch.setenv("DISC_COMPILE_UNITS", "3")
+    g = conv_bias_relu()
+    exe = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    native = exe.artifact.metadata["native"]
+    assert native["units"] == 3
+    assert native["fusion"]["gemm_prologue"] == 1 and native["fusion"]["gemm_epilogue"] == 1
+    for shape in [(2, 6, 9, 11), (1, 6, 1, 1)]:
+        check(exe, g, [randn(*shape), randn(5, 6, 3, 3), randn(5)], 1e-4)
