@@ -307,3 +307,28 @@ def test_module_split_into_units_keeps_fused_entries(tmp_path, monkeypatch) -> N
     assert native["fusion"]["gemm_prologue"] == 1 and native["fusion"]["gemm_epilogue"] == 1
     for shape in [(2, 6, 9, 11), (1, 6, 1, 1)]:
         check(exe, g, [randn(*shape), randn(5, 6, 3, 3), randn(5)], 1e-4)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_nhwc_convolution_makes_its_lhs_in_row_blocks(compiler, dt) -> None:
+    """NHWC (TensorFlow's layout): the patches are the GEMM's lhs, made per block of C's
+    rows (the prologue), each block followed by bias and ReLU (the epilogue)."""
+    np_dt = np.float32 if dt == "f32" else np.float64
+    b = GraphBuilder("nhwc")
+    N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
+    x, w = b.input("x", dt, [N, H, W, 6]), b.input("w", dt, [3, 3, 6, 5])
+    bias = b.input("bias", dt, [5])
+    y = b.convolution(x, w, window_strides=[1, 1], padding=[[1, 1], [1, 1]],
+                      lhs_dilation=[1, 1], rhs_dilation=[1, 1], feature_group_count=1,
+                      batch_group_count=1, input_layout="NHWC", kernel_layout="HWIO",
+                      output_layout="NHWC")
+    shape = list(y.shape)
+    y = b.add(y, b.broadcast_in_dim(bias, shape=shape, broadcast_dimensions=[3]))
+    g = b.build(b.max(y, b.full(0.0, dt, shape)))
+    exe = compiler.compile(g)
+    steps = plan(exe)
+    assert steps["gemm_prologue"] == 1 and steps["gemm_epilogue"] == 1
+    tol = 1e-4 if dt == "f32" else 1e-10
+    for n, h, wd in [(1, 1, 1), (2, 5, 7), (0, 3, 3), (3, 0, 4), (4, 33, 18), (8, 64, 64)]:
+        check(exe, g, [randn(n, h, wd, 6, dtype=np_dt), randn(3, 3, 6, 5, dtype=np_dt),
+                       randn(5, dtype=np_dt)], tol)

@@ -115,13 +115,15 @@ class LibraryCall:
     """A GEMM (``dot_general``) through BLAS. ``epilogue``: a row or loop kernel over the
     GEMM's output that runs on each block of rows as soon as the block is computed
     (``gemm_epilogue.fuse_gemm_epilogues``), reading ``epilogue_reads`` besides it.
-    ``prologue``: the loop kernel that makes the GEMM's rhs, run block by block into a
-    buffer the GEMM reads at once, never written whole (``gemm_prologue``)."""
+    ``prologue``: the loop kernel that makes the GEMM's operand ``prologue_operand`` (0:
+    lhs, 1: rhs), run block by block into a buffer the GEMM reads at once, never written
+    whole (``gemm_prologue``)."""
 
     op: Op
     epilogue: Kernel | None = None
     epilogue_reads: list[Value] = field(default_factory=list)
     prologue: Kernel | None = None
+    prologue_operand: int = 1
 
 
 @dataclass
@@ -342,8 +344,9 @@ def step_values(s: Step) -> tuple[list[Value], list[Value]]:
         return scatter_reads(s.op), list(s.op.results)
     if isinstance(s, LibraryCall):
         reads = library_reads(s.op)
-        if s.prologue is not None:  # the rhs is made inside the step, from these
-            reads = reads[:1] + [v for v in s.prologue.inputs if v not in reads[:1]]
+        if s.prologue is not None:  # that operand is made inside the step, from these
+            kept = reads[1 - s.prologue_operand:][:1]
+            reads = kept + [v for v in s.prologue.inputs if v not in kept]
         if s.epilogue is None:
             return reads, list(s.op.results)
         reads += [v for v in s.epilogue_reads if v not in reads]

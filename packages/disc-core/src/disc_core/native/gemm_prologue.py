@@ -1,6 +1,7 @@
-"""GEMM prologues: the loop kernel that makes a GEMM's rhs (a convolution's patch matrix,
-im2col) runs inside the GEMM step, one block of rhs rows at a time into a per-thread
-buffer that BLAS reads at once; the rhs is never written whole.
+"""GEMM prologues: the loop kernel that makes a GEMM's operand (a convolution's patch
+matrix, im2col: the rhs of an NCHW convolution's per-image GEMM, the lhs of an NHWC one's)
+runs inside the GEMM step, one block of operand rows at a time into a per-thread buffer
+that BLAS reads at once; the operand is never written whole.
 
 A convolution lowered to im2col writes its patch matrix (taps times the input: 9x for a
 3x3 kernel) to memory and the GEMM reads it back: for a [4, 32, 128, 128] input, 75 MB
@@ -9,10 +10,12 @@ takes a block of columns of C, has the kernel write that block's rhs rows (``K``
 each) into a buffer of about L2 size, multiplies, and runs the epilogue (bias, ReLU: see
 ``gemm_epilogue``) on the block; blocks of all images are spread over the team.
 
-A kernel qualifies when it is a ``loop`` kernel whose one output is the GEMM's rhs (or a
-reshape of it), read by nothing else and not returned, written in the kernel's own layout
-(row r at ``r * C``), and the rhs is laid out ``[batch, columns of C, K]`` (BLAS reads it
-transposed) with the kernel's space splitting as ``[batch and columns..., K...]``.
+A kernel qualifies when it is a ``loop`` kernel whose one output is the GEMM's rhs or lhs
+(or a reshape of it), read by nothing else and not returned, written in the kernel's own
+layout (row r at ``r * C``), and the operand is laid out ``[batch, rows, K]`` (the rhs's
+rows are C's columns: BLAS reads it transposed; the lhs's are C's rows: C is then made in
+row blocks, as with an epilogue) with the kernel's space splitting as
+``[batch and rows..., K...]``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,11 @@ def fuse_gemm_prologues(plan: FusionPlan, graph: Graph) -> FusionPlan:
         for g, s in enumerate(steps):
             if not isinstance(s, LibraryCall) or s.prologue is not None:
                 continue
-            found = _producer(steps, g, returned)
+            found = None
+            for side in (1, 0):
+                found = _producer(steps, g, returned, side)
+                if found is not None:
+                    break
             if found is None:
                 continue
             p, group = found
@@ -51,25 +58,29 @@ def fuse_gemm_prologues(plan: FusionPlan, graph: Graph) -> FusionPlan:
             assert isinstance(k, Kernel)
             drop = {p} | {n for n, t in enumerate(steps)
                           if isinstance(t, Alias) and id(t.op.results[0]) in group}
-            steps = _order_steps([replace(s, prologue=k) if n == g else t
+            fused = replace(s, prologue=k, prologue_operand=side)
+            steps = _order_steps([fused if n == g else t
                                   for n, t in enumerate(steps) if n not in drop])
             break
         else:
             return FusionPlan(steps)
 
 
-def _producer(steps: list[Step], g: int, returned: set[int]
+def _producer(steps: list[Step], g: int, returned: set[int], side: int
               ) -> tuple[int, dict[int, Value]] | None:
-    """(index, the rhs buffer's alias group) of the kernel that can be ``steps[g]``'s
-    prologue, or None."""
+    """(index, the operand buffer's alias group) of the kernel that can be ``steps[g]``'s
+    prologue for operand ``side`` (1: rhs laid out [batch, columns, K]; 0: lhs laid out
+    [batch, rows, K]), or None."""
     op = steps[g].op  # type: ignore[union-attr]
     if op.results[0].dtype not in (DType.F32, DType.F64):
         return None
     layout = gemm_layout(op)
-    if layout is None or layout[1] != 112 or batch_shared_source(op, 1) is not None:
+    if layout is None or layout[side] != (112 if side else 111):
+        return None
+    if batch_shared_source(op, side) is not None:
         return None
     written = {id(r): n for n, t in enumerate(steps) for r in step_values(t)[1]}
-    v = op.operands[1]
+    v = op.operands[side]
     while True:  # back through the zero-copy reshapes to the buffer's writer
         n = written.get(id(v))
         if n is None:
@@ -84,7 +95,7 @@ def _producer(steps: list[Step], g: int, returned: set[int]
         return None
     if t.maps.get(v) != tuple(range(t.rank)) or tuple(v.shape) != tuple(t.space):
         return None
-    if prologue_rows(op, t) is None:
+    if prologue_rows(op, t, side) is None:
         return None
     group = _alias_group(steps, v)
     if any(x in returned for x in group):
@@ -97,17 +108,18 @@ def _producer(steps: list[Step], g: int, returned: set[int]
     return n, group
 
 
-def prologue_rows(op: Op, k: Kernel) -> Expr | None:
-    """Kernel rows per rhs row of GEMM ``op`` when ``k``'s space splits as
-    ``[batch and columns of C..., K...]``, else None."""
+def prologue_rows(op: Op, k: Kernel, side: int = 1) -> Expr | None:
+    """Kernel rows per row of operand ``side`` of GEMM ``op`` (rows: C's columns for the
+    rhs, C's rows for the lhs; each K long) when ``k``'s space splits as
+    ``[batch and those rows..., K...]``, else None."""
     layout = gemm_layout(op)
     if layout is None:
         return None
-    _, _, _, _, rfree = layout
-    rhs = op.operands[1]
+    free = layout[4] if side else layout[2]
+    v = op.operands[side]
     nb = len(op.attrs["rhs_batch"])
-    rows = product(rhs.shape[:nb]) * product(rhs.shape[d] for d in rfree)
-    depth = product(rhs.shape[d] for d in op.attrs["rhs_contract"])
+    rows = product(v.shape[:nb]) * product(v.shape[d] for d in free)
+    depth = product(v.shape[d] for d in op.attrs["rhs_contract" if side else "lhs_contract"])
     space = tuple(k.space)
     for j in range(len(space)):
         if product(space[:j]) == rows and product(space[j:]) == depth:
@@ -139,12 +151,12 @@ def into_entries(k: Kernel, variants: list[str], decls: list[str], syms: Symbols
 
 
 def setup_prologue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols,
-                   info: ModuleInfo) -> tuple[list[str], tuple[str, str, str]]:
+                   info: ModuleInfo) -> tuple[list[str], tuple[str, str, str, int]]:
     """Host C before the GEMM call of ``step``: its prologue kernel's version choice and
     input array; and the prologue arguments of :func:`library.emit_gemm`."""
     k = step.prologue
     assert k is not None
-    q = prologue_rows(step.op, k)
+    q = prologue_rows(step.op, k, step.prologue_operand)
     assert q is not None
     names = [f"(void *){ptr(v)}" for v in k.inputs] or ["NULL"]
     lines = [f"  void *const pro{k.id}[] = {{{', '.join(names)}}};"]
@@ -152,7 +164,7 @@ def setup_prologue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols
     lines += checks
     fn = f"pro_fn{k.id}"
     lines.append(f"  const disc_pro_fn {fn} = {choice};")
-    return lines, (fn, f"pro{k.id}", syms.c(q))
+    return lines, (fn, f"pro{k.id}", syms.c(q), step.prologue_operand)
 
 
 def library_kernel_source(plan: FusionPlan, k: Kernel, decls: list[str], syms: Symbols,

@@ -25,7 +25,9 @@
    as without an epilogue and the kernel after it, over all rows in parallel.
    epi_count (when not NULL) counts the choice: [0] row blocks, [1] the kernel after.
 
-   With a prologue (pro not NULL, native/gemm_prologue.py; Bm is then NULL): the rhs, laid
+   With a prologue (pro not NULL, native/gemm_prologue.py; the operand it makes is NULL):
+   with pro_lhs the lhs, laid out [B, M, K], is made per block of C's rows into a
+   per-thread buffer (C in row blocks, each followed by the epilogue). Else the rhs, laid
    out [B, N, K] (tb), is never in memory whole. C is computed in blocks of columns, each
    block's rhs rows made by pro(pro_args, S, lo, hi, buf) into a per-thread buffer
    (pro_q kernel rows per rhs row), multiplied at once and, with an epilogue, each row of
@@ -57,7 +59,8 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,
     const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
     DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,
-    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q) {
+    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q,
+    int pro_lhs) {
   if (!env->DISC_GEMM_BLAS) return 1;
   /* batch strides: 0 for an operand every batch shares */
   const int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N;
@@ -78,9 +81,10 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     if (nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * (M > N ? M : N)) {
       /* a small C over a long K (a weight gradient): blocks of C's columns would each
          read all of A again; the rhs is made whole (in parallel) and the K split runs */
-      DISC_GEMM_T *rhs = (DISC_GEMM_T *)malloc((size_t)(B * N * K) * sizeof(DISC_GEMM_T));
+      const int64_t R = pro_lhs ? M : N;  /* rows of the operand made */
+      DISC_GEMM_T *rhs = (DISC_GEMM_T *)malloc((size_t)(B * R * K) * sizeof(DISC_GEMM_T));
       if (!rhs) return 2;
-      const int64_t rows = B * N * pro_q, inner = K / pro_q;
+      const int64_t rows = B * R * pro_q, inner = K / pro_q;
       const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * nt;
       const int64_t blocks = rows < want ? rows : want;
       #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
@@ -88,10 +92,50 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
         const int64_t lo = rows * blk / blocks, hi = rows * (blk + 1) / blocks;
         pro(pro_args, S, lo, hi, rhs + lo * inner);
       }
-      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, 0, A, rhs, Cm, epi,
-                                    epi_args, S, epi_q, epi_count, NULL, NULL, 0);
+      const int rc = pro_lhs
+          ? DISC_GEMM_NAME(env, ta, tb, M, N, K, B, 0, b_shared, rhs, Bm, Cm, epi, epi_args,
+                           S, epi_q, epi_count, NULL, NULL, 0, 0)
+          : DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, 0, A, rhs, Cm, epi, epi_args,
+                           S, epi_q, epi_count, NULL, NULL, 0, 0);
       free(rhs);
       return rc;
+    }
+    if (pro_lhs) {
+      /* the lhs is made per block of C's rows: C in row blocks, each with its epilogue */
+      const int64_t share = B >= nt ? M : (M + nt - 1) / nt;
+      int64_t mb = DISC_GEMM_PRO_BLOCK_BYTES / (K * (int64_t)sizeof(DISC_GEMM_T));
+      mb = mb < 16 ? 16 : mb;
+      mb = mb < share ? mb : share;
+      const int64_t chunks = (M + mb - 1) / mb, tasks = B * chunks;
+      DISC_GEMM_T *bufs = (DISC_GEMM_T *)malloc((size_t)(nt * mb * K) * sizeof(DISC_GEMM_T));
+      if (!bufs) return 2;
+      if (epi && epi_count) epi_count[0] += 1;
+      const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+      const int64_t ldb = tb ? K : N;
+      const char *opb = tb ? "T" : "N";
+      #pragma omp parallel num_threads(nt) if (nt > 1)
+      {
+        DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * mb * K;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; ++task) {
+          const int64_t b = task / chunks, m0 = (task % chunks) * mb;
+          const int64_t m1 = m0 + mb < M ? m0 + mb : M;
+          int64_t rows = m1 - m0;
+          const DISC_GEMM_T one = 1, zero = 0;
+          pro(pro_args, S, (b * M + m0) * pro_q, (b * M + m1) * pro_q, buf);
+          DISC_GEMM_T *c = Cm + b*M*N + m0*N;
+#if DISC_GEMM_ROWMAJOR
+          if (rowmajor)
+            rowmajor('N', *opb, rows, N, K, 1.0f, buf, K, Bm + b*sb, ldb, 0.0f, c, N);
+          else
+#endif
+            ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, "N", &N, &rows, &K, &one, Bm + b*sb, &ldb, buf, &K, &zero, c, &N, 1, 1);
+          if (epi) epi(epi_args, S, (b * M + m0) * epi_q, (b * M + m1) * epi_q);
+        }
+      }
+      if (env->blas_threads_local) env->blas_threads_local(prev);
+      free(bufs);
+      return 0;
     }
     const int64_t cw = epi ? N / epi_q : 1;  /* columns of C per epilogue row */
     int64_t pb = DISC_GEMM_PRO_BLOCK_BYTES / (K * (int64_t)sizeof(DISC_GEMM_T));
@@ -141,7 +185,7 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     const int split_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
     if (N <= 0 || K <= 0 || !rows_ok || split_k) {
       const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm,
-                                    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0);
+                                    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 0);
       if (rc) return rc;
       if (epi_count) epi_count[1] += 1;
       disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
