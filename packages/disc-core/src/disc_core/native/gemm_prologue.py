@@ -10,7 +10,9 @@ takes a block of columns of C, has the kernel write that block's rhs rows (``K``
 each) into a buffer of about L2 size, multiplies, and runs the epilogue (bias, ReLU: see
 ``gemm_epilogue``) on the block; blocks of all images are spread over the team.
 
-A kernel qualifies when it is a ``loop`` kernel whose one output is the GEMM's rhs or lhs
+A kernel qualifies when it is a ``loop`` kernel that gathers (an op reading at data-given
+positions: the taps of im2col, which make the operand several times larger than what it
+reads) whose one output is the GEMM's rhs or lhs
 (or a reshape of it), read by nothing else and not returned, written in the kernel's own
 layout (row r at ``r * C``), and the operand is laid out ``[batch, rows, K]`` (the rhs's
 rows are C's columns: BLAS reads it transposed; the lhs's are C's rows: C is then made in
@@ -94,6 +96,12 @@ def _producer(steps: list[Step], g: int, returned: set[int], side: int
             and transposed_innermost(t) is None and t.rank >= 1):
         return None
     if t.maps.get(v) != tuple(range(t.rank)) or tuple(v.shape) != tuple(t.space):
+        return None
+    if not any(o.opdef.indirect for o in t.ops):
+        # only a gather (reads at data-given positions: im2col's taps) makes an operand
+        # several times larger than what it reads, so that making it per block wins; an
+        # elementwise producer is left to run as a kernel (or the previous GEMM's
+        # epilogue), where its blocks need not follow this GEMM's
         return None
     if prologue_rows(op, t, side) is None:
         return None
