@@ -113,7 +113,8 @@ def test_stop_after_fuse_is_the_plan_summary() -> None:
     assert json.loads(first) == r.plan.summary() == {"row": 1}
     assert steps[0].split(":")[0].strip() == "0 row kernel"
     lin = compile_text(LINEAR, stop_after="fuse", target="native")
-    assert "LibraryCall: dot_general" in lin.text
+    # the GEMM, with the row sum of its output fused as its epilogue (gemm_epilogue.py)
+    assert "LibraryCall + row epilogue: dot_general, reduce" in lin.text
     g = parse_graph(SOFTMAX)
     assert fuse(lower(optimize(g))).summary() == r.plan.summary()
 

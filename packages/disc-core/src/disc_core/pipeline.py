@@ -56,6 +56,8 @@ from .native.build import (
 )
 from .native.emit import ModuleInfo
 from .native.fusion import FusionPlan, Kernel, NativeUnsupported, plan_fusion
+from .native.gemm_epilogue import fuse_gemm_epilogues
+from .native.gemm_prologue import fuse_gemm_prologues
 from .native.lower import backend_lowering
 from .parser import parse_graph
 from .passes import default_pipeline
@@ -126,7 +128,7 @@ def lower(graph: Graph, *, stats: dict[str, PassStats] | None = None) -> Graph:
 
 def fuse(graph: Graph) -> FusionPlan:
     """``fuse``: the fusion plan of a lowered graph (kernels, GEMM calls, aliases...)."""
-    return plan_fusion(graph)
+    return fuse_gemm_epilogues(fuse_gemm_prologues(plan_fusion(graph), graph))
 
 
 def emit(graph: Graph, plan: FusionPlan, *, caller_busy: bool = False) -> ModuleInfo:
@@ -229,6 +231,14 @@ def _plan_text(plan: FusionPlan) -> str:
             kind, ops = f"{step.kind} kernel", step.ops
         else:
             kind, ops = type(step).__name__, [step.op]
+            prologue = getattr(step, "prologue", None)
+            if prologue is not None:  # a kernel making the GEMM's rhs block by block
+                kind += " + loop prologue"
+                ops = ops + prologue.ops
+            epilogue = getattr(step, "epilogue", None)
+            if epilogue is not None:  # a kernel run on the GEMM's row blocks
+                kind += f" + {epilogue.kind} epilogue"
+                ops = ops + epilogue.ops
         lines.append(f"{i:3d} {kind}: {', '.join(op.name for op in ops)}")
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,8 @@ from ..opdef import Fusion, get_op
 from ..options import CORE_OPTIONS
 from .emit import ModuleInfo, emit_module
 from .fusion import FusionPlan, NativeUnsupported, plan_fusion
+from .gemm_epilogue import fuse_gemm_epilogues
+from .gemm_prologue import fuse_gemm_prologues
 from .lower import backend_lowering
 from .toolchain import (
     CompilerNotFound,
@@ -70,9 +72,11 @@ def launch_counts(native: Mapping[str, Any] | None) -> tuple[int, int] | None:
     ``metadata["native"]``; None for an artifact without native code (nothing counted).
 
     Kernels are the code DISC generated: fused kernels plus the serial scatter and scan
-    loops; library calls are the GEMMs (``librarycall`` in the fusion summary). Coverage
-    reports show both (``kernels`` and ``library_calls`` of a cluster): counting only the
-    generated kernels made a GEMM-heavy cluster look like less work than it launches.
+    loops (a kernel fused into a GEMM as its prologue or epilogue is generated code too,
+    run by the library call on its blocks: counted, and a fusion); library calls are the
+    GEMMs (``librarycall`` in the fusion summary). Coverage reports show both (``kernels``
+    and ``library_calls`` of a cluster): counting only the generated kernels made a
+    GEMM-heavy cluster look like less work than it launches.
     """
     if not native:
         return None
@@ -98,7 +102,8 @@ def fusion_count(native: Mapping[str, Any] | None) -> int | None:
     if not native:
         return None
     return sum(1 for k in native.get("kernels", [])
-               if sum(not _no_work(op) for op in k.get("ops", ())) >= 2)
+               if sum(not _no_work(op) for op in k.get("ops", ()))
+               >= (1 if k.get("gemm_epilogue") or k.get("gemm_prologue") else 2))
 
 
 def lower_native(graph: Graph) -> Graph:
@@ -158,7 +163,7 @@ def build_native(graph: Graph, *, vector_report: bool = False,
     compiler starts (see ``Compiler.compile_traced``)."""
     t0 = time.perf_counter()
     lower_native(graph)
-    plan = plan_fusion(graph)
+    plan = fuse_gemm_epilogues(fuse_gemm_prologues(plan_fusion(graph), graph))
     info = emit_native(graph, plan, caller_busy=compiling is not None)
     with tempfile.TemporaryDirectory(prefix="disc-build-") as tmp:
         module = compile_native(info, Path(tmp), vector_report=vector_report,

@@ -29,6 +29,7 @@ from disc_runtime.native import ABI_TYPES
 from ..ir import Graph
 from .ccommon import PAR_MIN, Constants, ModuleInfo, Symbols, c_source
 from .fusion import FusionPlan
+from .gemm_prologue import library_kernel_source
 from .host_emit import emit_host
 from .kernel_emit import (
     TRANSPOSE_TILE,
@@ -66,6 +67,10 @@ def emit_module(graph: Graph, plan: FusionPlan, max_units: int = 1) -> ModuleInf
         emitter = KernelEmitter(k, syms, consts)
         kernel_src.append(emitter.emit(info))
         prototypes += emitter.prototypes
+        rows_src, rows_protos = library_kernel_source(plan, k, emitter.data_args()[0], syms,
+                                                      info)
+        kernel_src[-1] += rows_src
+        prototypes += rows_protos
     host = emit_host(graph, plan, syms, consts, info)
     helpers = [gemm_helper(dt) for dt in sorted(info.gemm_dtypes, key=lambda d: d.name)]
     total = sum(map(len, kernel_src))

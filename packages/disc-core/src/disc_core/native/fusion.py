@@ -33,6 +33,7 @@ from ..index_map import DATA, Aff, DimMap, Entry, Quot, compose, kdim
 from ..ir import Graph, Op, Value
 from ..opdef import Fusion
 from ..ops.shape_ops import unit_reshape_pairs
+from .gemm_operands import library_reads
 
 __all__ = ["DATA", "Aff", "Alias", "DimMap", "Entry", "FusionPlan", "Kernel", "LibraryCall",
            "NativeUnsupported", "Quot", "ScanCall", "ScatterCall", "Step", "compose", "kdim",
@@ -111,7 +112,18 @@ class Kernel:
 
 @dataclass
 class LibraryCall:
+    """A GEMM (``dot_general``) through BLAS. ``epilogue``: a row or loop kernel over the
+    GEMM's output that runs on each block of rows as soon as the block is computed
+    (``gemm_epilogue.fuse_gemm_epilogues``), reading ``epilogue_reads`` besides it.
+    ``prologue``: the loop kernel that makes the GEMM's operand ``prologue_operand`` (0:
+    lhs, 1: rhs), run block by block into a buffer the GEMM reads at once, never written
+    whole (``gemm_prologue``)."""
+
     op: Op
+    epilogue: Kernel | None = None
+    epilogue_reads: list[Value] = field(default_factory=list)
+    prologue: Kernel | None = None
+    prologue_operand: int = 1
 
 
 @dataclass
@@ -168,13 +180,21 @@ class FusionPlan:
 
     @property
     def kernels(self) -> list[Kernel]:
-        return [s for s in self.steps if isinstance(s, Kernel)]
+        """Every generated kernel: the steps' own and the GEMM epilogues."""
+        return [k for s in self.steps for k in (
+            [s] if isinstance(s, Kernel) else
+            [x for x in (s.prologue, s.epilogue) if x is not None]
+            if isinstance(s, LibraryCall) else [])]
 
     def summary(self) -> dict[str, int]:
         kinds: dict[str, int] = {}
         for s in self.steps:
             name = s.kind if isinstance(s, Kernel) else type(s).__name__.lower()
             kinds[name] = kinds.get(name, 0) + 1
+            if isinstance(s, LibraryCall) and s.epilogue is not None:
+                kinds["gemm_epilogue"] = kinds.get("gemm_epilogue", 0) + 1
+            if isinstance(s, LibraryCall) and s.prologue is not None:
+                kinds["gemm_prologue"] = kinds.get("gemm_prologue", 0) + 1
         return kinds
 
 
@@ -248,7 +268,7 @@ def _plan_steps(graph: Graph, banned: set[int]) -> list[Step]:
         role = op.opdef.fusion
         if role == Fusion.LIBRARY:
             step: Step = LibraryCall(op)
-            reads = list(op.operands)
+            reads = library_reads(op)
         elif role == Fusion.ALIAS:
             step = Alias(op)
             reads = list(op.operands)
@@ -322,6 +342,15 @@ def step_values(s: Step) -> tuple[list[Value], list[Value]]:
         return s.inputs, s.outputs
     if isinstance(s, ScatterCall):
         return scatter_reads(s.op), list(s.op.results)
+    if isinstance(s, LibraryCall):
+        reads = library_reads(s.op)
+        if s.prologue is not None:  # that operand is made inside the step, from these
+            kept = reads[1 - s.prologue_operand:][:1]
+            reads = kept + [v for v in s.prologue.inputs if v not in kept]
+        if s.epilogue is None:
+            return reads, list(s.op.results)
+        reads += [v for v in s.epilogue_reads if v not in reads]
+        return reads, list(s.op.results) + list(s.epilogue.outputs)
     return list(s.op.operands), list(s.op.results)
 
 

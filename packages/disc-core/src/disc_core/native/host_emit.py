@@ -23,6 +23,8 @@ from .fusion import (
     ScatterCall,
     step_values,
 )
+from .gemm_epilogue import setup_epilogue
+from .gemm_prologue import setup_prologue
 from .kernel_emit import vector_speculation
 from .library import emit_gemm, emit_scan, emit_scatter
 
@@ -246,7 +248,7 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     for n, s in enumerate(plan.steps):
         if isinstance(s, Alias):
             continue
-        produced = s.outputs if isinstance(s, Kernel) else s.op.results
+        produced = step_values(s)[1]
         taken: set[int] = set()  # a step's outputs never share a slot with each other
         for res in produced:
             g = group(res)
@@ -292,7 +294,15 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
         slot = 1 + len(info.profile)
         if isinstance(s, LibraryCall):
             info.needs_blas = True
-            L.extend(emit_gemm(s.op, ptr, syms))
+            pre: list[str] = []
+            epi = pro = None
+            if s.prologue is not None:
+                lines, pro = setup_prologue(s, ptr, syms, info)
+                pre += lines
+            if s.epilogue is not None:
+                lines, epi = setup_epilogue(s, ptr, syms, info)
+                pre += lines
+            L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro), "  }"])
             info.gemm_dtypes.add(s.op.operands[0].dtype)
         elif isinstance(s, ScatterCall):
             L.extend(emit_scatter(s.op, ptr, syms))
@@ -329,6 +339,11 @@ def _profile_entry(step: object, done: list[dict]) -> dict:
     op = step.op  # type: ignore[attr-defined]
     name = {"library": "gemm"}.get(kind, kind)
     n = sum(1 for e in done if e["kind"] == kind)
+    if isinstance(step, LibraryCall) and (step.epilogue or step.prologue) is not None:
+        shape = " x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])
+        fused = [k for k in (step.prologue, step.epilogue) if k is not None]
+        return {"name": f"gemm{n}", "kind": kind,
+                "ops": [op.name] + [o.name for k in fused for o in k.ops], "shape": shape}
     shape = (" x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])
              if kind == "library" else _shape_text(tuple(op.results[0].shape)))
     return {"name": f"{name}{n}", "kind": kind, "ops": [op.name], "shape": shape}

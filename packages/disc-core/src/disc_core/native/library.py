@@ -12,6 +12,7 @@ from ..symbolic import product
 from .ccommon import PAR_MIN, Symbols, c_source, combine, identity, scalar_constant, strides
 from .cexpr import ctype
 from .fusion import NativeUnsupported, scatter_fill
+from .gemm_operands import batch_shared_source
 
 Ptr = Callable[[Value], str]
 
@@ -49,8 +50,15 @@ def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | No
     return ta, tb, lfree, lc, rfree
 
 
-def emit_gemm(op: Op, ptr: Ptr, syms: Symbols) -> list[str]:
-    """One call of the module's GEMM helper (:func:`gemm_helper`) for ``op``."""
+def emit_gemm(op: Op, ptr: Ptr, syms: Symbols,
+              epilogue: tuple[str, str, str, str] | None = None,
+              prologue: tuple[str, str, str, int] | None = None) -> list[str]:
+    """One call of the module's GEMM helper (:func:`gemm_helper`) for ``op``; with
+    ``epilogue`` = C expressions (function, its tensor array, kernel rows per row of C,
+    counters or NULL) the helper runs that fused kernel on each block of rows it computes
+    (``gemm_epilogue``); with ``prologue`` = (function, its input array, kernel rows per
+    operand row, operand: 0 lhs, 1 rhs) that operand is made block by block by that kernel
+    (``gemm_prologue``)."""
     lhs, rhs = op.operands
     dt = lhs.dtype
     if dt not in (DType.F32, DType.F64):
@@ -65,10 +73,25 @@ def emit_gemm(op: Op, ptr: Ptr, syms: Symbols) -> list[str]:
     K = syms.c(product(lhs.shape[d] for d in lc))
     B = syms.c(product(lhs.shape[:nb]))
     t = ctype(dt)
+    # an operand shared by every batch (a broadcast along the batch dims): its source,
+    # read with batch stride 0
+    src = [batch_shared_source(op, i) for i in range(2)]
+    made = prologue[3] if prologue is not None else None
+    a_ptr = "NULL" if made == 0 else ptr(src[0] if src[0] is not None else lhs)
+    b_ptr = "NULL" if made == 1 else ptr(src[1] if src[1] is not None else rhs)
+    shared = f"{int(src[0] is not None)}, {int(src[1] is not None)}"
+    epi = "NULL, NULL, S, 0, NULL"  # S: the symbols, which a prologue reads too
+    if epilogue is not None:
+        fn, args, q, count = epilogue
+        epi = f"{fn}, {args}, S, {q}, {count}"
+    pro = "NULL, NULL, 0, 0"
+    if prologue is not None:  # the helper's last argument: 1 when it makes the lhs
+        fn, args, q, _ = prologue
+        pro = f"{fn}, {args}, {q}, {int(made == 0)}"
     return [
         f"  {{ const int rc = disc_gemm_{t}(env, {int(ta == 112)}, {int(tb == 112)}, {M}, {N}, "
-        f"{K}, {B}, (const {t} *){ptr(lhs)}, (const {t} *){ptr(rhs)}, "
-        f"({t} *){ptr(op.results[0])});",
+        f"{K}, {B}, {shared}, (const {t} *){a_ptr}, (const {t} *){b_ptr}, "
+        f"({t} *){ptr(op.results[0])}, {epi}, {pro});",
         f"    if (rc == 1) DISC_FAIL(\"no BLAS {'sgemm' if dt is DType.F32 else 'dgemm'} was "
         "provided to this module\");",
         "    if (rc) DISC_FAIL(\"out of memory for a GEMM's partial sums\"); }",

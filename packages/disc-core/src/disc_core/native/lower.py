@@ -227,6 +227,8 @@ def lower_convolutions(graph: Graph) -> bool:
                     splat(emit("get_dimension_size", x, dimension=1 + j)))
             row_stride = size if row_stride is None else emit("mul", row_stride, size)
         patches = emit("gather", flat, idx, axis=1)  # [N, out..., taps..., C]
+        if _per_image(a, ol, sp):
+            return _per_image_gemm(emit, patches, rhs, kl, sp, outs, res)
         w = emit("transpose", rhs, permutation=[*[kl.index(s) for s in sp], kl.index("I"),
                                                  kl.index("O")])
         i_feat, o_feat = w.shape[-2], w.shape[-1]
@@ -275,6 +277,42 @@ def lower_convolutions(graph: Graph) -> bool:
         return y
 
     return rewrite_ops(graph, lower)
+
+
+def _per_image(attrs: dict, ol: str, sp: list[str]) -> bool:
+    """Whether a convolution lowers to one GEMM per image (:func:`_per_image_gemm`): an
+    ungrouped one whose output is laid out [N, C, spatial...] in the input's spatial order
+    (NCHW: every forward and input-gradient convolution of an NCHW model)."""
+    return (attrs["feature_group_count"] == 1 and attrs["batch_group_count"] == 1
+            and list(ol) == ["N", "C", *sp])
+
+
+def _per_image_gemm(emit, patches: Value, rhs: Value, kl: str, sp: list[str],
+                    outs: list[Expr], res: Value) -> Value:
+    """[N, O, spatial...] = per image n, weights [O, taps*C] times patches[n] [P, taps*C]
+    transposed: one batched GEMM whose weights every image shares (a broadcast along the
+    batch, read with batch stride 0 by the GEMM step, never materialized).
+
+    Its C is the output itself, [N, O, P] = [N, O, spatial...], where one GEMM over all
+    images writes [O, N*P] and needs a transpose pass to the output layout. A kernel that
+    consumes the output (bias, batch-norm inference, ReLU) then reads it in its own
+    layout and runs as the GEMM's epilogue (gemm_epilogue.py) on each image's rows.
+    """
+    n, kdim = patches.shape[0], product(patches.shape[1 + len(outs):])
+    pg = emit("reshape", patches, shape=[n, product(outs), kdim])
+    w = emit("transpose", rhs, permutation=[kl.index("O"), *[kl.index(s) for s in sp],
+                                             kl.index("I")])
+    o_feat = w.shape[0]
+    w = emit("reshape", w, shape=[o_feat, kdim])
+    wb = emit("broadcast_in_dim", w, shape=[n, o_feat, kdim], broadcast_dimensions=[1, 2])
+    y = emit("dot_general", wb, pg, lhs_batch=[0], rhs_batch=[0], lhs_contract=[2],
+             rhs_contract=[2])
+    y = emit("reshape", y, shape=[n, o_feat, *outs])
+    if y.type != res.type:
+        from .fusion import NativeUnsupported
+
+        raise NativeUnsupported(f"convolution lowering produced {y.type}, expected {res.type}")
+    return y
 
 
 def split_input_dilation(graph: Graph) -> bool:

@@ -12,14 +12,215 @@
      DISC_GEMM_T         the element type
      DISC_GEMM_BLAS      the disc_env field of the Fortran-interface GEMM (sgemm, dgemm)
      DISC_GEMM_BLAS_FN   its function pointer type (disc_sgemm_fn, disc_dgemm_fn)
-     DISC_GEMM_ROWMAJOR  1 to use disc_env.sgemm_rowmajor when present (f32 only) */
+     DISC_GEMM_ROWMAJOR  1 to use disc_env.sgemm_rowmajor when present (f32 only)
+
+   a_shared / b_shared: that operand is one matrix every batch shares (batch stride 0).
+
+   With an epilogue (epi not NULL: a fused row or loop kernel over the GEMM's output,
+   native/gemm_epilogue.py), C is computed in blocks of rows, each handed to the kernel
+   right after BLAS writes it, while it is still in cache: epi(epi_args, S, lo, hi) runs
+   the kernel's rows [lo, hi), epi_q kernel rows per row of C. Blocks go to the team
+   dynamically (one BLAS thread each). Where splitting the rows would starve BLAS (few rows
+   and more columns: the column split; a small C over a long K: the K split), the GEMM runs
+   as without an epilogue and the kernel after it, over all rows in parallel.
+   epi_count (when not NULL) counts the choice: [0] row blocks, [1] the kernel after.
+
+   With a prologue (pro not NULL, native/gemm_prologue.py; the operand it makes is NULL):
+   with pro_lhs the lhs, laid out [B, M, K], is made per block of C's rows into a
+   per-thread buffer (C in row blocks, each followed by the epilogue). Else the rhs, laid
+   out [B, N, K] (tb), is never in memory whole. C is computed in blocks of columns, each
+   block's rhs rows made by pro(pro_args, S, lo, hi, buf) into a per-thread buffer
+   (pro_q kernel rows per rhs row), multiplied at once and, with an epilogue, each row of
+   the block handed to it (blocks are whole epilogue rows: a multiple of N / epi_q). Where
+   the plain GEMM would split K (a small C over a long K), the rhs is made whole first. */
+#ifndef DISC_GEMM_EPILOGUE_DEFINED
+#define DISC_GEMM_EPILOGUE_DEFINED
+/* a fused kernel's rows [lo, hi), its tensors in epi_args (native/gemm_epilogue.py) */
+typedef void (*disc_epi_fn)(void *const *, const int64_t *, int64_t, int64_t);
+/* rows of C per epilogue block: about this many bytes (a share of L2), but at least
+   DISC_GEMM_EPI_MIN_ROWS rows (every block call packs B again) */
+#define DISC_GEMM_EPI_BLOCK_BYTES (1 << 20)
+#define DISC_GEMM_EPI_MIN_ROWS 64
+/* an epilogue kernel run after its GEMM goes parallel from this many elements */
+#define DISC_GEMM_EPI_PAR_MIN 32768
+/* a prologue's rhs block: about this many bytes per thread */
+#define DISC_GEMM_PRO_BLOCK_BYTES (256 << 10)
+typedef void (*disc_pro_fn)(void *const *, const int64_t *, int64_t, int64_t, void *);
+static void disc_gemm_epi_after(disc_epi_fn epi, void *const *args, const int64_t *S,
+                                int64_t rows, int64_t cols) {
+  const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * omp_get_max_threads();
+  const int64_t blocks = rows * cols < DISC_GEMM_EPI_PAR_MIN ? 1 : rows < want ? rows : want;
+  if (blocks <= 1) { epi(args, S, 0, rows); return; }
+  #pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t b = 0; b < blocks; ++b) epi(args, S, rows * b / blocks, rows * (b + 1) / blocks);
+}
+#endif
 static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta, int tb,
-    int64_t M, int64_t N, int64_t K, int64_t B, const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
-    DISC_GEMM_T *Cm) {
+    int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,
+    const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
+    DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,
+    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q,
+    int pro_lhs) {
   if (!env->DISC_GEMM_BLAS) return 1;
+  /* batch strides: 0 for an operand every batch shares */
+  const int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N;
 #if DISC_GEMM_ROWMAJOR
   const disc_sgemm_rowmajor_fn rowmajor = (disc_sgemm_rowmajor_fn)env->sgemm_rowmajor;
 #endif
+  if (pro) {
+    if (B <= 0 || M <= 0) return 0;
+    if (N <= 0 || K <= 0) {  /* C is empty or zeros; nothing to make */
+      if (N > 0) memset(Cm, 0, (size_t)(B * M * N) * sizeof(*Cm));
+      if (epi) {
+        if (epi_count) epi_count[1] += 1;
+        disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
+      }
+      return 0;
+    }
+    const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? omp_get_max_threads() : 1;
+    if (nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * (M > N ? M : N)) {
+      /* a small C over a long K (a weight gradient): blocks of C's columns would each
+         read all of A again; the rhs is made whole (in parallel) and the K split runs */
+      const int64_t R = pro_lhs ? M : N;  /* rows of the operand made */
+      DISC_GEMM_T *rhs = (DISC_GEMM_T *)malloc((size_t)(B * R * K) * sizeof(DISC_GEMM_T));
+      if (!rhs) return 2;
+      const int64_t rows = B * R * pro_q, inner = K / pro_q;
+      const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * nt;
+      const int64_t blocks = rows < want ? rows : want;
+      #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t lo = rows * blk / blocks, hi = rows * (blk + 1) / blocks;
+        pro(pro_args, S, lo, hi, rhs + lo * inner);
+      }
+      const int rc = pro_lhs
+          ? DISC_GEMM_NAME(env, ta, tb, M, N, K, B, 0, b_shared, rhs, Bm, Cm, epi, epi_args,
+                           S, epi_q, epi_count, NULL, NULL, 0, 0)
+          : DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, 0, A, rhs, Cm, epi, epi_args,
+                           S, epi_q, epi_count, NULL, NULL, 0, 0);
+      free(rhs);
+      return rc;
+    }
+    if (pro_lhs) {
+      /* the lhs is made per block of C's rows: C in row blocks, each with its epilogue */
+      const int64_t share = B >= nt ? M : (M + nt - 1) / nt;
+      int64_t mb = DISC_GEMM_PRO_BLOCK_BYTES / (K * (int64_t)sizeof(DISC_GEMM_T));
+      mb = mb < 16 ? 16 : mb;
+      mb = mb < share ? mb : share;
+      const int64_t chunks = (M + mb - 1) / mb, tasks = B * chunks;
+      DISC_GEMM_T *bufs = (DISC_GEMM_T *)malloc((size_t)(nt * mb * K) * sizeof(DISC_GEMM_T));
+      if (!bufs) return 2;
+      if (epi && epi_count) epi_count[0] += 1;
+      const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+      const int64_t ldb = tb ? K : N;
+      const char *opb = tb ? "T" : "N";
+      #pragma omp parallel num_threads(nt) if (nt > 1)
+      {
+        DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * mb * K;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; ++task) {
+          const int64_t b = task / chunks, m0 = (task % chunks) * mb;
+          const int64_t m1 = m0 + mb < M ? m0 + mb : M;
+          int64_t rows = m1 - m0;
+          const DISC_GEMM_T one = 1, zero = 0;
+          pro(pro_args, S, (b * M + m0) * pro_q, (b * M + m1) * pro_q, buf);
+          DISC_GEMM_T *c = Cm + b*M*N + m0*N;
+#if DISC_GEMM_ROWMAJOR
+          if (rowmajor)
+            rowmajor('N', *opb, rows, N, K, 1.0f, buf, K, Bm + b*sb, ldb, 0.0f, c, N);
+          else
+#endif
+            ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, "N", &N, &rows, &K, &one, Bm + b*sb, &ldb, buf, &K, &zero, c, &N, 1, 1);
+          if (epi) epi(epi_args, S, (b * M + m0) * epi_q, (b * M + m1) * epi_q);
+        }
+      }
+      if (env->blas_threads_local) env->blas_threads_local(prev);
+      free(bufs);
+      return 0;
+    }
+    const int64_t cw = epi ? N / epi_q : 1;  /* columns of C per epilogue row */
+    int64_t pb = DISC_GEMM_PRO_BLOCK_BYTES / (K * (int64_t)sizeof(DISC_GEMM_T));
+    pb = pb < 16 ? 16 : pb;
+    pb = (pb + cw - 1) / cw * cw;
+    pb = pb < N ? pb : N;
+    const int64_t chunks = (N + pb - 1) / pb, tasks = B * chunks;
+    DISC_GEMM_T *bufs = (DISC_GEMM_T *)malloc((size_t)(nt * pb * K) * sizeof(DISC_GEMM_T));
+    if (!bufs) return 2;
+    if (epi && epi_count) epi_count[0] += 1;
+    const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+    const int64_t lda = ta ? M : K;
+    const char *opa = ta ? "T" : "N";
+    #pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * pb * K;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int64_t b = task / chunks, p0 = (task % chunks) * pb;
+        const int64_t p1 = p0 + pb < N ? p0 + pb : N;
+        int64_t cols = p1 - p0;
+        const DISC_GEMM_T one = 1, zero = 0;
+        pro(pro_args, S, (b * N + p0) * pro_q, (b * N + p1) * pro_q, buf);
+        DISC_GEMM_T *c = Cm + b*M*N + p0;
+#if DISC_GEMM_ROWMAJOR
+        if (rowmajor)
+          rowmajor(*opa, 'T', M, cols, K, 1.0f, A + b*sa, lda, buf, K, 0.0f, c, N);
+        else
+#endif
+          ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)("T", opa, &cols, &M, &K, &one, buf, &K, A + b*sa, &lda, &zero, c, &N, 1, 1);
+        if (epi)
+          for (int64_t m = 0; m < M; ++m) {
+            const int64_t r = (b * M + m) * epi_q;
+            epi(epi_args, S, r + p0 / cw, r + p1 / cw);
+          }
+      }
+    }
+    if (env->blas_threads_local) env->blas_threads_local(prev);
+    free(bufs);
+    return 0;
+  }
+  if (epi) {
+    if (B <= 0 || M <= 0) return 0;  /* no rows: the kernel has nothing to do either */
+    const int nt = (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN ? omp_get_max_threads() : 1;
+    const int64_t big = M > N ? M : N;
+    const int rows_ok = nt == 1 || B >= nt || M >= N || M >= DISC_GEMM_EPI_MIN_ROWS * nt;
+    const int split_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
+    if (N <= 0 || K <= 0 || !rows_ok || split_k) {
+      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm,
+                                    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 0);
+      if (rc) return rc;
+      if (epi_count) epi_count[1] += 1;
+      disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
+      return 0;
+    }
+    if (epi_count) epi_count[0] += 1;
+    const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    const char *opa = ta ? "T" : "N", *opb = tb ? "T" : "N";
+    /* one block per member (as the plain row split), smaller when that overflows the
+       cache budget */
+    const int64_t share = B >= nt ? M : (M + nt - 1) / nt;
+    int64_t cap = DISC_GEMM_EPI_BLOCK_BYTES / (N * (int64_t)sizeof(DISC_GEMM_T));
+    cap = cap < DISC_GEMM_EPI_MIN_ROWS ? DISC_GEMM_EPI_MIN_ROWS : cap;
+    const int64_t mb = share < cap ? share : cap;
+    const int64_t chunks = (M + mb - 1) / mb, tasks = B * chunks;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t b = task / chunks, m0 = (task % chunks) * mb;
+      const int64_t m1 = m0 + mb < M ? m0 + mb : M;
+      int64_t rows = m1 - m0;
+      const DISC_GEMM_T one = 1, zero = 0;
+      const DISC_GEMM_T *a = A + b*sa + (ta ? m0 : m0 * K);
+      DISC_GEMM_T *c = Cm + b*M*N + m0*N;
+#if DISC_GEMM_ROWMAJOR
+      if (rowmajor)
+        rowmajor(*opa, *opb, rows, N, K, 1.0f, a, lda, Bm + b*sb, ldb, 0.0f, c, N);
+      else
+#endif
+        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &N, &rows, &K, &one, Bm + b*sb, &ldb, a, &lda, &zero, c, &N, 1, 1);
+      epi(epi_args, S, (b * M + m0) * epi_q, (b * M + m1) * epi_q);
+    }
+    if (env->blas_threads_local) env->blas_threads_local(prev);
+    return 0;
+  }
   if (M > 0 && N > 0 && K == 0) memset(Cm, 0, (size_t)(B*M*N) * sizeof(*Cm));
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   /* GEMMs run on this module's OpenMP team, one BLAS thread per member: batches
@@ -66,12 +267,12 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
     else if (mb > 0 && nb > 0)
 #if DISC_GEMM_ROWMAJOR
       if (rowmajor) for (int64_t b = b0; b < b1; ++b)
-        rowmajor(*opa, *opb, mb, nb, kb, 1.0f, A + b*M*K + a_off, lda, Bm + b*K*N + b_off, ldb, 0.0f, dst + b*M*N, N);
+        rowmajor(*opa, *opb, mb, nb, kb, 1.0f, A + b*sa + a_off, lda, Bm + b*sb + b_off, ldb, 0.0f, dst + b*M*N, N);
       else
 #endif
       /* row-major C = op(A) op(B) is column-major C' = op(B)' op(A)' */
       for (int64_t b = b0; b < b1; ++b)
-        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &nb, &mb, &kb, &one, Bm + b*K*N + b_off, &ldb, A + b*M*K + a_off, &lda, &zero, dst + b*M*N, &N, 1, 1);
+        ((DISC_GEMM_BLAS_FN)env->DISC_GEMM_BLAS)(opb, opa, &nb, &mb, &kb, &one, Bm + b*sb + b_off, &ldb, A + b*sa + a_off, &lda, &zero, dst + b*M*N, &N, 1, 1);
     if (by_k) {
       #pragma omp barrier
       const int64_t total = B * M * N, lo = total * tid / T, hi = total * (tid + 1) / T;
