@@ -290,8 +290,13 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
         slot = 1 + len(info.profile)
         if isinstance(s, LibraryCall):
             info.needs_blas = True
-            L.extend(emit_gemm(s.op, ptr, syms))
-            info.gemm_dtypes.add(s.op.operands[0].dtype)
+            own = s.op.opdef.library_call(s.op, ptr, syms)
+            if own is None:
+                L.extend(emit_gemm(s.op, ptr, syms))
+                info.gemm_dtypes.add(s.op.operands[0].dtype)
+            else:
+                L.extend(own.lines)
+                info.helpers.update(own.helpers)
         elif isinstance(s, ScatterCall):
             L.extend(emit_scatter(s.op, ptr, syms))
         elif isinstance(s, ScanCall):
