@@ -15,6 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from helpers import fallbacks
 
+import disc_torch
+
 aten = torch.ops.aten
 
 
@@ -52,6 +54,12 @@ class Attention(nn.Module):
         return self.o(o.transpose(1, 2).reshape(b, s, d))
 
 
+def compiled_steps() -> set[str]:
+    """The core ops of every step the compiled clusters ran (their profiles)."""
+    return {op for g in disc_torch.report().graphs for c in g.clusters
+            for step in (c.profile or []) for op in step.ops}
+
+
 def _mask(kind: str, b: int, s: int, dtype: torch.dtype) -> torch.Tensor | None:
     if kind == "none":
         return None
@@ -86,13 +94,23 @@ def _compare(model_kind: dict, mask_kind: str, dtype: torch.dtype, lengths: list
 
 @pytest.mark.parametrize("mask_kind", ["float", "bool", "none"])
 def test_attention_gradients_match_eager_on_unseen_lengths(mask_kind):
-    _compare({}, mask_kind, torch.float32, [5, 17, 1, 33])
-    # the whole attention, forward and backward, runs in DISC clusters
+    _compare({}, mask_kind, torch.float32, [5, 17, 1, 33], profile=True)
+    # the whole attention, forward and backward, runs in DISC clusters, as the fused ops
     assert not fallbacks("aten._scaled_dot_product"), fallbacks()
+    assert {"attention", "attention_grad"} <= compiled_steps(), compiled_steps()
+
+
+def test_attention_gradients_match_eager_through_the_decomposition(monkeypatch):
+    """With the fused ops off, DISC's exact decomposition compiles attention instead."""
+    monkeypatch.setenv("DISC_FUSED_ATTENTION", "0")
+    _compare({}, "float", torch.float32, [6, 19], profile=True)
+    assert not fallbacks("aten._scaled_dot_product"), fallbacks()
+    assert not {"attention", "attention_grad"} & compiled_steps()
 
 
 def test_causal_attention_gradients_match_eager():
-    _compare({"causal": True}, "none", torch.float32, [6, 11, 2])
+    _compare({"causal": True}, "none", torch.float32, [6, 11, 2, 150], profile=True)
+    assert {"attention", "attention_grad"} <= compiled_steps(), compiled_steps()
 
 
 def test_attention_gradients_in_float64_are_exact():
@@ -100,13 +118,23 @@ def test_attention_gradients_in_float64_are_exact():
 
 
 @pytest.mark.parametrize("excluded", [["aten.exp"], ["aten.bmm"], ["aten.amax", "aten.mm"]])
-def test_attention_gradients_with_ops_in_the_middle_left_to_torch(excluded):
+def test_attention_gradients_with_ops_in_the_middle_left_to_torch(excluded, monkeypatch):
     """Clusters on both sides of ops forced to run in torch, forward and backward: what
     crosses the boundary (saved tensors, layouts, the order of outputs) must not change
-    a gradient."""
+    a gradient. (The decomposition's ops: with the fused ops there is no middle.)"""
+    monkeypatch.setenv("DISC_FUSED_ATTENTION", "0")
     _compare({}, "float", torch.float32, [5, 12, 3], excluded_ops=excluded,
              min_cluster_size=1)
     assert {op for op, _, _ in fallbacks()} >= {f"{e}.default" for e in excluded}
+
+
+def test_fused_attention_left_to_torch_trains_in_step():
+    """The fused op's ATen node excluded: torch's flash kernel runs it, forward and
+    backward, between clusters."""
+    _compare({}, "float", torch.float32, [5, 9],
+             excluded_ops=["aten._scaled_dot_product_flash_attention_for_cpu"],
+             min_cluster_size=1)
+    assert fallbacks("aten._scaled_dot_product_flash_attention_for_cpu.default")
 
 
 def test_attention_with_dropout_runs_in_torch_and_trains_in_step():

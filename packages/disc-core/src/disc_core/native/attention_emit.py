@@ -75,12 +75,14 @@ def emit_attention(op: Op, ptr: Callable[[Value], str], syms: Symbols) -> Librar
     else:
         mptr = "NULL"
     scale = repr(float(op.attrs["scale"]))
+    if op.attrs["rsqrt_head_dim"]:
+        scale = f"{scale} / (D > 0 ? sqrt((double)D) : 1.0)"
     causal = int(bool(op.attrs["causal"]))
     args = [f"(const {t} *){ptr(x)}" for x in op.operands[:fixed]]
     outs = [f"({t} *){ptr(r)}" for r in op.results]
     name = f"disc_attn_{'bwd' if grad else 'fwd'}_{sfx}"
     call = ", ".join(["env", "BH", "Sq", "Sk", "D", "Dv", *args, mptr, str(nb), "bdims", "mbs",
-                      "mrs", "mcs", f"({t}){scale}", str(causal), *outs])
+                      "mrs", "mcs", f"({t})({scale})", str(causal), *outs])
     blas = "sgemm" if dt is DType.F32 else "dgemm"
     L += [f"    const int rc = {name}({call});",
           f"    if (rc == 1) DISC_FAIL(\"no BLAS {blas} was provided to this module\");",

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..ir import Op, TensorType
-from ..opdef import BOOL, FLOAT, REQUIRED, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
+from ..opdef import BOOL, FLOAT, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
 from ..shape_facts import Eq, Fact
 from ..symbolic import Expr
 
@@ -36,7 +36,10 @@ from ..symbolic import Expr
 ATTENTION_DTYPES = (DType.F32, DType.F64)
 
 _ATTRS = {
-    "scale": Attr(FLOAT, REQUIRED, doc="factor applied to Q Kᵀ before the mask"),
+    "scale": Attr(FLOAT, 1.0, doc="factor applied to Q Kᵀ before the mask"),
+    "rsqrt_head_dim": Attr(BOOL, False, doc="also multiply the scores by 1/sqrt(head dim), "
+                                            "evaluated at run time (SDPA's default scale "
+                                            "over a head dim that may be symbolic)"),
     "causal": Attr(BOOL, False, doc="mask key j > query row i (top-left aligned)"),
 }
 
@@ -84,6 +87,13 @@ def _qkv_facts(q: Op, offset: int = 0) -> Iterable[Fact]:
     for a, b in pairs:
         if a != b:
             yield Eq(a, b)
+
+
+def scale_of(attrs: Mapping[str, Any], head_dim: int) -> float:
+    """The factor the scores are multiplied by: ``scale``, times 1/sqrt(head dim) with
+    ``rsqrt_head_dim`` (1 for an empty head dim)."""
+    s = float(attrs["scale"])
+    return s / float(np.sqrt(head_dim)) if attrs["rsqrt_head_dim"] and head_dim else s
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
@@ -135,7 +145,7 @@ class Attention(OpDef):
                   ) -> list[np.ndarray]:
         q, k, v = inputs[:3]
         mask = inputs[3] if len(inputs) > 3 else None
-        s = reference_scores(q, k, mask, attrs["scale"], attrs["causal"])
+        s = reference_scores(q, k, mask, scale_of(attrs, q.shape[-1]), attrs["causal"])
         with np.errstate(all="ignore"):
             top = s.max(axis=-1, keepdims=True, initial=-np.inf)
             shift = np.where(top == -np.inf, 0.0, top)
@@ -205,7 +215,7 @@ class AttentionGrad(OpDef):
                   ) -> list[np.ndarray]:
         q, k, v, o, do, lse = inputs[:6]
         mask = inputs[6] if len(inputs) > 6 else None
-        scale = attrs["scale"]
+        scale = scale_of(attrs, q.shape[-1])
         s = reference_scores(q, k, mask, scale, attrs["causal"])
         with np.errstate(all="ignore"):
             p = np.exp(s - _acc(lse)[..., None])
