@@ -81,8 +81,9 @@ def emit_attention(op: Op, ptr: Callable[[Value], str], syms: Symbols) -> Librar
     args = [f"(const {t} *){ptr(x)}" for x in op.operands[:fixed]]
     outs = [f"({t} *){ptr(r)}" for r in op.results]
     name = f"disc_attn_{'bwd' if grad else 'fwd'}_{sfx}"
+    flags = [str(causal)] + ([] if grad else [str(int(op.attrs["empty_rows"] == "nan"))])
     call = ", ".join(["env", "BH", "Sq", "Sk", "D", "Dv", *args, mptr, str(nb), "bdims", "mbs",
-                      "mrs", "mcs", f"({t})({scale})", str(causal), *outs])
+                      "mrs", "mcs", f"({t})({scale})", *flags, *outs])
     blas = "sgemm" if dt is DType.F32 else "dgemm"
     L += [f"    const int rc = {name}({call});",
           f"    if (rc == 1) DISC_FAIL(\"no BLAS {blas} was provided to this module\");",

@@ -13,7 +13,8 @@ e.g. a padding mask [B, 1, 1, Sk] or a causal one [1, 1, Sq, Sk]). ``causal`` ma
 ``j > i`` for query row ``i`` (top-left aligned when Sq != Sk, as torch's flash kernel).
 
 Conventions (torch's CPU flash attention): a row whose scores are all -inf (fully masked,
-or Sk = 0) gives output 0 and logsumexp 0. The logsumexp has the query's dtype.
+or Sk = 0) gives output 0 and logsumexp 0 (``empty_rows="nan"``: output NaN when Sk > 0,
+as the unfused softmax computes it). The logsumexp has the query's dtype.
 
 The reference accumulates f32 in float64 (as ``dot_general`` does) and rounds once; the
 native kernels accumulate in the operands' own type, so they differ by rounding only.
@@ -28,20 +29,25 @@ import numpy as np
 
 from ..dtypes import DType
 from ..ir import Op, TensorType
-from ..opdef import BOOL, FLOAT, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
+from ..opdef import BOOL, FLOAT, STR, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
 from ..shape_facts import Eq, Fact
 from ..symbolic import Expr
 
 #: dtypes of the fused ops (the native kernels multiply through BLAS sgemm / dgemm)
 ATTENTION_DTYPES = (DType.F32, DType.F64)
 
-_ATTRS = {
+_ATTRS: dict[str, Attr] = {
     "scale": Attr(FLOAT, 1.0, doc="factor applied to Q Kᵀ before the mask"),
     "rsqrt_head_dim": Attr(BOOL, False, doc="also multiply the scores by 1/sqrt(head dim), "
                                             "evaluated at run time (SDPA's default scale "
                                             "over a head dim that may be symbolic)"),
     "causal": Attr(BOOL, False, doc="mask key j > query row i (top-left aligned)"),
 }
+#: the forward only: what a row with no unmasked key (and Sk > 0) outputs
+_FWD_ATTRS = {**_ATTRS, "empty_rows": Attr(
+    STR, "zero", choices=("zero", "nan"),
+    doc="zero: output 0 (torch's flash kernel); nan: NaN, as an unfused softmax of an "
+        "all -inf row gives (what the pattern rewrite preserves)")}
 
 
 def _check_qkv(ctx: Ctx, q: int, k: int, v: int) -> tuple[tuple[Expr, ...], Expr, Expr,
@@ -121,7 +127,7 @@ class Attention(OpDef):
 
     name = "attention"
     operands = ("query", "key", "value", "*mask")
-    attrs = _ATTRS
+    attrs = _FWD_ATTRS
     traits = frozenset({"pure"})
     #: a blocked kernel of its own (native/attention_emit.py), not generated code
     fusion = Fusion.LIBRARY
@@ -154,6 +160,8 @@ class Attention(OpDef):
             empty = total == 0
             p = w / np.where(empty, 1.0, total)
             out = np.matmul(p, _acc(v))
+            if attrs["empty_rows"] == "nan" and s.shape[-1] > 0:
+                out = np.where(empty, np.nan, out)
             lse = np.where(empty, 0.0, np.log(np.where(empty, 1.0, total)) + shift)[..., 0]
         return [out.astype(q.dtype), lse.astype(q.dtype)]
 

@@ -75,7 +75,7 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
     const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *Msk, int64_t nb,
     const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, ATT_T scale,
-    int causal, ATT_T *O, ATT_T *LSE) {
+    int causal, int empty_nan, ATT_T *O, ATT_T *LSE) {
   if (!env->DISC_ATTN_BLAS
 #if DISC_ATTN_ROWMAJOR
       && !env->sgemm_rowmajor
@@ -149,7 +149,7 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
       }
       ATT_T *Ob = O + (bh * Sq + q0) * Dv, *Lb = LSE + bh * Sq + q0;
       for (int64_t i = 0; i < qn; ++i) {
-        const ATT_T l = sum[i], inv = l > 0 ? 1 / l : 0;
+        const ATT_T l = sum[i], inv = l > 0 ? 1 / l : empty_nan && Sk > 0 ? NAN : 0;
         const ATT_T *a = acc + i * Dv;
         ATT_T *o = Ob + i * Dv;
         #pragma omp simd
