@@ -156,7 +156,7 @@ def _match(pv: Op, users: dict[Value, list[Op]], outputs: set[int]) -> _Match | 
     internal += [e, bsum, bsum.producer.operands[0], ex.operands[0], bmax,
                  bmax.producer.operands[0]]
     # the scores: masks and scalings around Q Kᵀ, peeled from the outside
-    masks: list[tuple[str, Value, float]] = []  # (kind, value, scale it is under)
+    masks: list[tuple[str, Value, float]] = []  # (kind, value, scalings outside it)
     scale = 1.0
     y = x
     while True:
@@ -212,8 +212,8 @@ def _match(pv: Op, users: dict[Value, list[Op]], outputs: set[int]) -> _Match | 
     _, qc, kc = qk_sides
     internal.append(y)
     q, k = qk.operands
-    # masks found under later scalings were scaled with the scores: scale them too
-    masks = [(kind, val, scale / under) for kind, val, under in masks]
+    # a mask found under outer scalings was scaled with everything inside them: x holds
+    # ``under * mask`` (the factor each mask term keeps)
     if not _private(internal, pv, users, outputs):
         return None
     return _Match(q=q, q_t=qc == 0, k=k, k_t=kc == 0, v=v, v_t=vc == 1, scores=x,
