@@ -28,8 +28,12 @@
 
 #ifndef DISC_ATTN_ONCE
 #define DISC_ATTN_ONCE
+#ifndef ATT_BQ
 #define ATT_BQ 64
+#endif
+#ifndef ATT_BK
 #define ATT_BK 128
+#endif
 #define ATT_CAT2(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT2(a, b)
 /* the offset of batch*head index bh in a mask whose batch dims have strides mbs (0 where
@@ -123,6 +127,7 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
           /* causal: keys past this row are out (jn <= 0: the whole block) */
           const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
           ATT_T top = mx[i];
+          #pragma omp simd reduction(max:top)
           for (int64_t j = 0; j < jn; ++j) top = s[j] > top ? s[j] : top;
           if (top == -INFINITY) {  /* nothing unmasked yet: this block adds zeros */
             for (int64_t j = 0; j < kn; ++j) s[j] = 0;
