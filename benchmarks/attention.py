@@ -5,12 +5,15 @@ DISC without it, PyTorch eager and Inductor, forward and forward+backward, side 
 
 Contenders (one process, one run, timed in interleaved rounds):
 
-| contender | what runs |
-|---|---|
-| disc | `torch.compile(fn, backend="disc", dynamic=True)`: SDPA converted to the fused `attention` / `attention_grad` ops; hand-written attention rewritten to `attention` by the core pass `fuse-attention` (forward only: a training graph keeps the probabilities for its backward) |
-| disc_unfused | the same with `DISC_FUSED_ATTENTION=0` while it compiles: GEMMs, row-fused softmax kernels and the [B, H, S, S] scores in memory (SDPA through DISC's exact decomposition) |
-| eager | PyTorch eager: SDPA runs torch's CPU flash-attention kernel |
-| inductor | `torch.compile(fn, dynamic=True)` |
+* disc: `torch.compile(fn, backend="disc", dynamic=True)`. SDPA becomes the fused
+  `attention` / `attention_grad` ops; hand-written attention becomes `attention` through
+  the core pass `fuse-attention` (forward only: a training graph keeps the probabilities
+  for its backward).
+* disc_unfused: the same, compiled with `DISC_FUSED_ATTENTION=0`: GEMMs, row-fused
+  softmax kernels and the [B, H, S, S] scores in memory (SDPA through DISC's exact
+  decomposition).
+* eager: PyTorch eager (SDPA runs torch's CPU flash-attention kernel).
+* inductor: `torch.compile(fn, dynamic=True)`.
 
 DISC runs its GEMMs on torch's own MKL (`DISC_BLAS_TUNE=0`, set here), so both sides
 multiply with the same library. Cases (q, k, v [2, 8, S, 64], f32):

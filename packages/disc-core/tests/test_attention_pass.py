@@ -33,9 +33,10 @@ def _bmm(b, x, y, x_contract, y_contract, nb):
                 lhs_contract=[x_contract], rhs_contract=[y_contract])
 
 
-def gpt_style(extra_use=None, fill=-np.inf):
+def gpt_style(extra_use=None, fill=-np.inf, direction="gt", not_le=False):
     """torch's GPT: Kᵀ via permute, [B*H] batch reshapes, scale on scores, causal
-    masked_fill(-inf) from iotas, softmax, P V."""
+    masked_fill(-inf) from iotas (``col > row``, or ``not(col - row <= 0)`` as torch's
+    tril traces), softmax, P V. Other directions make other (non-causal) masks."""
     b = GraphBuilder()
     q = b.input("q", "f32", ["B", 4, "S", 8])
     k = b.input("k", "f32", ["B", 4, "S", 8])
@@ -48,7 +49,12 @@ def gpt_style(extra_use=None, fill=-np.inf):
     iota = b.op("iota", shape=["S"], dimension=0, dtype="i64")
     col = b.op("broadcast_in_dim", iota, shape=["S", "S"], broadcast_dimensions=[1])
     row = b.op("broadcast_in_dim", iota, shape=["S", "S"], broadcast_dimensions=[0])
-    above = b.op("compare", col, row, direction="gt")
+    if not_le:
+        zero = b.op("broadcast_in_dim", b.constant(np.asarray(0, np.int64)), shape=["S", "S"],
+                    broadcast_dimensions=[])
+        above = b.op("not", b.op("compare", b.op("sub", col, row), zero, direction="le"))
+    else:
+        above = b.op("compare", col, row, direction=direction)
     cond = b.op("broadcast_in_dim", above, shape=list(s.shape), broadcast_dimensions=[2, 3])
     s = b.op("select", cond, _scalar(b, fill, s.shape), s)
     p = _softmax(b, s)
@@ -103,6 +109,11 @@ def _fused(graph):
     return [op.name for op in optimize(graph.clone()).ops if op.name == "attention"]
 
 
+def _fused_attrs(graph):
+    (op,) = [op for op in optimize(graph.clone()).ops if op.name == "attention"]
+    return op.attrs, len(op.operands)
+
+
 @pytest.fixture(scope="module")
 def compiler(tmp_path_factory):
     return Compiler(CompileCache(tmp_path_factory.mktemp("attn-pass")), target="native")
@@ -117,9 +128,14 @@ def _check(compiler, graph, feeds):
             np.testing.assert_allclose(a, w, rtol=2e-5, atol=2e-6, equal_nan=True)
 
 
-def test_gpt_style_causal_attention_fuses(compiler):
-    g, _ = gpt_style()
-    assert _fused(g) == ["attention"]
+@pytest.mark.parametrize("direction, not_le, causal", [
+    ("gt", False, True), ("gt", True, True),   # j > i: causal, no mask operand
+    ("ge", False, False), ("lt", False, False),  # other masks: fused with the mask
+])
+def test_gpt_style_attention_fuses(compiler, direction, not_le, causal):
+    g, _ = gpt_style(direction=direction, not_le=not_le)
+    attrs, n_operands = _fused_attrs(g)
+    assert attrs["causal"] is causal and n_operands == (3 if causal else 4)
     rng = np.random.default_rng(0)
     feeds = [[rng.standard_normal((B, 4, S, 8)).astype(np.float32) for _ in range(3)]
              for B, S in [(2, 5), (1, 1), (3, 70), (1, 150)]]

@@ -12,14 +12,16 @@ The pattern, as the bridges' converters and decompositions spell it::
     O = dot_general(P, V)             batched, contracting the keys (V may be transposed)
 
 becomes ``attention(Q, K, V, mask)`` with the scalings as its ``scale``: the [.., Sq, Sk]
-scores are no longer written to memory. Masks are passed at the size they were broadcast
-from (a causal [S, S] condition becomes a [1, 1, S, S] additive mask), several added
-together. It fires only where every intermediate (scores, probabilities, the softmax's
-statistics) has no use outside the pattern: a training graph that saves the
-probabilities for its backward keeps them. A finite fill (``masked_fill(-1e9)``) is not
-matched: it replaces scores, which an additive mask only approximates where a whole row
-is masked. A row whose scores are all -inf stays NaN (``empty_rows="nan"``), as the
-unfused softmax computes it.
+scores are no longer written to memory. A condition that provably masks the keys after
+each query row (comparisons of iotas over the last two dims: what ``tril`` and ``j > i``
+trace to) becomes ``causal``, which skips those blocks. Other masks are passed at the
+size they were broadcast from (an [S, S] condition becomes a [1, 1, S, S] additive
+mask), several added together. It fires only where every intermediate (scores,
+probabilities, the softmax's statistics) has no use outside the pattern: a training
+graph that saves the probabilities for its backward keeps them. A finite fill
+(``masked_fill(-1e9)``) is not matched: it replaces scores, which an additive mask only
+approximates where a whole row is masked. A row whose scores are all -inf stays NaN
+(``empty_rows="nan"``), as the unfused softmax computes it.
 
 ``DISC_FUSED_ATTENTION=0`` turns the pass off (for comparisons).
 """
@@ -298,6 +300,66 @@ def _mask_value(kind: str, val: Value, factor: float, target: tuple[Expr, ...],
     return m
 
 
+# -- causal masks: conditions that are provably "key j after query i" --------------------
+
+Lin = tuple[int, int, int]  # a*i + b*j + c over the query index i and key index j
+
+
+def _lin(v: Value, dims: list[int], rank: int, depth: int = 8) -> Lin | None:
+    """``v`` as an integer linear function of the score's last two indices (``dims``: the
+    score dim each of ``v``'s dims follows), or None."""
+    p = v.producer
+    if p is None or depth == 0 or not v.dtype.is_int:
+        return None
+    c = _scalar(v)
+    if c is not None:
+        return (0, 0, int(c)) if float(c).is_integer() else None
+    if p.name == "broadcast_in_dim":
+        return _lin(p.operands[0], [dims[d] for d in p.attrs["broadcast_dimensions"]], rank,
+                    depth - 1)
+    if p.name == "iota":
+        d = dims[p.attrs["dimension"]]
+        return (1, 0, 0) if d == rank - 2 else (0, 1, 0) if d == rank - 1 else None
+    if p.name in ("add", "sub"):
+        a, b = (_lin(o, dims, rank, depth - 1) for o in p.operands)
+        if a is None or b is None:
+            return None
+        sign = 1 if p.name == "add" else -1
+        return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2])
+    return None
+
+
+def _pred(v: Value, dims: list[int], rank: int, depth: int = 8) -> Lin | None:
+    """A boolean ``v`` as the integer inequality ``a*i + b*j + c >= 0``, or None."""
+    p = v.producer
+    if p is None or depth == 0:
+        return None
+    if p.name == "broadcast_in_dim":
+        return _pred(p.operands[0], [dims[d] for d in p.attrs["broadcast_dimensions"]], rank,
+                     depth - 1)
+    if p.name == "not":
+        inner = _pred(p.operands[0], dims, rank, depth - 1)
+        return None if inner is None else (-inner[0], -inner[1], -inner[2] - 1)
+    if p.name == "compare":
+        a, b = (_lin(o, dims, rank) for o in p.operands)
+        if a is None or b is None:
+            return None
+        d = (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+        neg = (-d[0], -d[1], -d[2])
+        return {"ge": d, "gt": (d[0], d[1], d[2] - 1), "le": neg,
+                "lt": (neg[0], neg[1], neg[2] - 1)}.get(p.attrs["direction"])
+    return None
+
+
+def _is_causal(kind: str, cond: Value) -> bool:
+    """The mask term masks exactly the keys after each query row (j > i)."""
+    if kind == "add":
+        return False
+    pred = _pred(cond, list(range(cond.rank)), cond.rank)
+    # fill where j - i - 1 >= 0; keep where i - j >= 0
+    return pred == ((-1, 1, -1) if kind == "fill" else (1, -1, 0))
+
+
 def _build(pv: Op, m: _Match, rw: Rewriter) -> Value:
     x = m.scores
     batch = tuple(x.shape[:-2])
@@ -305,7 +367,9 @@ def _build(pv: Op, m: _Match, rw: Rewriter) -> Value:
     k = _arrange(m.k, m.k_t, batch, rw)
     v = _arrange(m.v, m.v_t, batch, rw)
     dt = x.dtype
-    masks = [_mask_value(kind, val, f, tuple(x.shape), dt, rw) for kind, val, f in m.masks]
+    causal = any(_is_causal(kind, val) for kind, val, _ in m.masks)
+    masks = [_mask_value(kind, val, f, tuple(x.shape), dt, rw) for kind, val, f in m.masks
+             if not _is_causal(kind, val)]
     mask = None
     if masks:
         union = [Expr.const(1)] * x.rank
@@ -319,7 +383,8 @@ def _build(pv: Op, m: _Match, rw: Rewriter) -> Value:
                            broadcast_dimensions=list(range(x.rank)))
             mask = mk if mask is None else rw.op("add", mask, mk)
     extra = [] if mask is None else [mask]
-    out = rw.op("attention", q, k, v, *extra, scale=m.scale, empty_rows="nan")
+    out = rw.op("attention", q, k, v, *extra, scale=m.scale, causal=causal,
+                empty_rows="nan")
     want = pv.results[0].shape
     if tuple(out.shape) != tuple(want):
         out = rw.op("reshape", out, shape=list(want))
