@@ -1,7 +1,7 @@
 """The fused attention ops: shape rule and verifier, the reference against an independent
 float64 computation (row by row; the gradient against finite differences of the forward),
 and the native kernels against it on shapes never seen at compile time (S = 1, odd, not a
-multiple of the 64/128 blocks, Sk != Sq, empty batch, no keys), both dtypes, masks that
+multiple of the kernels' blocks, Sk != Sq, empty batch, no keys), both dtypes, masks that
 broadcast, causal, fully masked rows; one compilation across all of them."""
 
 from __future__ import annotations
@@ -165,6 +165,7 @@ def _graph(dt, mask_dims, causal, symbolic_head, scale_attrs):
 SHAPES = [  # B, H, S, T, E (head dim 16 unless symbolic)
     (2, 3, 5, 7, 16), (1, 2, 1, 1, 8), (2, 2, 130, 130, 16), (1, 1, 257, 100, 5),
     (1, 2, 64, 300, 16), (0, 2, 3, 3, 16), (2, 1, 9, 0, 16), (3, 1, 17, 33, 1),
+    (1, 1, 600, 530, 4),  # across the forward's 512-key blocks, causal rows past them
 ]
 
 
