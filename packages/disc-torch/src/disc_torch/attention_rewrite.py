@@ -60,9 +60,10 @@ def _softmax_input(n: Any) -> Any:
                                                  {torch.softmax, F.softmax}):
         x = n.args[0]
         dim = _arg(n, 1, "dim")
+        # dtype: torch.softmax(x, dim, dtype), F.softmax(x, dim, _stacklevel, dtype)
+        dtype = _arg(n, 3 if n.target is F.softmax else 2, "dtype")
         v = _val(x)
-        if (_arg(n, 2, "dtype") is None and isinstance(v, torch.Tensor)
-                and dim in (-1, v.dim() - 1)):
+        if dtype is None and isinstance(v, torch.Tensor) and dim in (-1, v.dim() - 1):
             return x
     return None
 
