@@ -49,7 +49,8 @@ def test_core_table_is_what_the_compiler_reads(monkeypatch) -> None:
     assert CORE_OPTIONS.env_vars() == {"cc": "DISC_CC", "compile_units": "DISC_COMPILE_UNITS",
                                        "report": "DISC_REPORT",
                                        "bisect_clusters": "DISC_BISECT_CLUSTERS",
-                                       "bisect_dump": "DISC_BISECT_DUMP"}
+                                       "bisect_dump": "DISC_BISECT_DUMP",
+                                       "fused_attention": "DISC_FUSED_ATTENTION"}
     monkeypatch.setenv("DISC_COMPILE_UNITS", "3")
     assert native_build.compile_units() == 3
     monkeypatch.setenv("DISC_COMPILE_UNITS", "many")

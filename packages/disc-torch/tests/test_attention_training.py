@@ -9,11 +9,15 @@ compile time, with padding and causal masks, next to ops forced to stay in torch
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from helpers import fallbacks
+
+import disc_torch
 
 aten = torch.ops.aten
 
@@ -52,6 +56,12 @@ class Attention(nn.Module):
         return self.o(o.transpose(1, 2).reshape(b, s, d))
 
 
+def compiled_steps() -> set[str]:
+    """The core ops of every step the compiled clusters ran (their profiles)."""
+    return {op for g in disc_torch.report().graphs for c in g.clusters
+            for step in (c.profile or []) for op in step.ops}
+
+
 def _mask(kind: str, b: int, s: int, dtype: torch.dtype) -> torch.Tensor | None:
     if kind == "none":
         return None
@@ -86,13 +96,23 @@ def _compare(model_kind: dict, mask_kind: str, dtype: torch.dtype, lengths: list
 
 @pytest.mark.parametrize("mask_kind", ["float", "bool", "none"])
 def test_attention_gradients_match_eager_on_unseen_lengths(mask_kind):
-    _compare({}, mask_kind, torch.float32, [5, 17, 1, 33])
-    # the whole attention, forward and backward, runs in DISC clusters
+    _compare({}, mask_kind, torch.float32, [5, 17, 1, 33], profile=True)
+    # the whole attention, forward and backward, runs in DISC clusters, as the fused ops
     assert not fallbacks("aten._scaled_dot_product"), fallbacks()
+    assert {"attention", "attention_grad"} <= compiled_steps(), compiled_steps()
+
+
+def test_attention_gradients_match_eager_through_the_decomposition(monkeypatch):
+    """With the fused ops off, DISC's exact decomposition compiles attention instead."""
+    monkeypatch.setenv("DISC_FUSED_ATTENTION", "0")
+    _compare({}, "float", torch.float32, [6, 19], profile=True)
+    assert not fallbacks("aten._scaled_dot_product"), fallbacks()
+    assert not {"attention", "attention_grad"} & compiled_steps()
 
 
 def test_causal_attention_gradients_match_eager():
-    _compare({"causal": True}, "none", torch.float32, [6, 11, 2])
+    _compare({"causal": True}, "none", torch.float32, [6, 11, 2, 150], profile=True)
+    assert {"attention", "attention_grad"} <= compiled_steps(), compiled_steps()
 
 
 def test_attention_gradients_in_float64_are_exact():
@@ -100,13 +120,23 @@ def test_attention_gradients_in_float64_are_exact():
 
 
 @pytest.mark.parametrize("excluded", [["aten.exp"], ["aten.bmm"], ["aten.amax", "aten.mm"]])
-def test_attention_gradients_with_ops_in_the_middle_left_to_torch(excluded):
+def test_attention_gradients_with_ops_in_the_middle_left_to_torch(excluded, monkeypatch):
     """Clusters on both sides of ops forced to run in torch, forward and backward: what
     crosses the boundary (saved tensors, layouts, the order of outputs) must not change
-    a gradient."""
+    a gradient. (The decomposition's ops: with the fused ops there is no middle.)"""
+    monkeypatch.setenv("DISC_FUSED_ATTENTION", "0")
     _compare({}, "float", torch.float32, [5, 12, 3], excluded_ops=excluded,
              min_cluster_size=1)
     assert {op for op, _, _ in fallbacks()} >= {f"{e}.default" for e in excluded}
+
+
+def test_fused_attention_left_to_torch_trains_in_step():
+    """The fused op's ATen node excluded: torch's flash kernel runs it, forward and
+    backward, between clusters."""
+    _compare({}, "float", torch.float32, [5, 9],
+             excluded_ops=["aten._scaled_dot_product_flash_attention_for_cpu"],
+             min_cluster_size=1)
+    assert fallbacks("aten._scaled_dot_product_flash_attention_for_cpu.default")
 
 
 def test_attention_with_dropout_runs_in_torch_and_trains_in_step():
@@ -128,3 +158,96 @@ def test_attention_with_dropout_runs_in_torch_and_trains_in_step():
         got_grads = torch.autograd.grad(got.sum(), inputs)
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(got_grads, want_grads)
+
+
+class CausalBlock(nn.Module):
+    """GPT-style causal self-attention written out in plain ops (examples/
+    torch_transformer_train.py's spelling, or variants of it)."""
+
+    def __init__(self, d: int = 32, heads: int = 4, spelling: str = "masked_fill"):
+        super().__init__()
+        self.heads, self.spelling = heads, spelling
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = (z.view(b, t, h, d // h).transpose(1, 2)
+                   for z in self.qkv(x).split(d, dim=-1))
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        if self.spelling == "masked_fill":
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
+            att = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1) @ v
+        elif self.spelling == "where":
+            scores = torch.matmul(q, k.transpose(2, 3)) / 3.0
+            att = F.softmax(torch.where(causal, scores, float("-inf")), dim=-1) @ v
+        else:  # a finite fill: not provably the same as SDPA, left unfused
+            scores = (q @ k.transpose(-2, -1)) * 0.3
+            att = scores.masked_fill(~causal, -1e9).softmax(dim=-1) @ v
+        return self.proj(att.transpose(1, 2).reshape(b, t, d))
+
+
+def _train_block(spelling: str, lengths: list[int]) -> None:
+    torch.manual_seed(0)
+    eager, disc = CausalBlock(spelling=spelling), CausalBlock(spelling=spelling)
+    disc.load_state_dict(eager.state_dict())
+    compiled = torch.compile(disc, backend="disc", dynamic=True, options={"profile": True})
+    counts = []
+    for s in lengths:
+        x = torch.randn(2, s, 32)
+        eager.zero_grad()
+        disc.zero_grad()
+        want, got = eager(x), compiled(x)
+        (want * want).sum().backward()
+        (got * got).sum().backward()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        errors = relative_errors(eager, disc)
+        assert max(errors.values()) <= 1e-4, (s, errors)
+        counts.append(disc_torch.compile_count())
+    return counts
+
+
+@pytest.mark.parametrize("spelling", ["masked_fill", "where"])
+def test_hand_written_causal_attention_trains_through_the_fused_ops(spelling):
+    """Rewritten to SDPA before autograd: forward and backward run the fused kernels, and
+    every parameter's gradient matches eager on lengths never seen before (one across a
+    64-row block, one across a 128-key block)."""
+    counts = _train_block(spelling, [5, 17, 70, 130, 1])
+    assert {"attention", "attention_grad"} <= compiled_steps(), compiled_steps()
+    # one compilation per graph serves every length (1 may specialize in dynamo)
+    assert counts[0] == counts[3], counts
+    assert not fallbacks(), fallbacks()
+
+
+def _rewrites(spelling: str) -> int:
+    """How many attentions rewrite_causal_attention finds in the block's dynamo graph."""
+    from disc_torch.attention_rewrite import rewrite_causal_attention
+
+    found = []
+
+    def capture(gm, example_inputs):
+        found.append(rewrite_causal_attention(gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(CausalBlock(spelling=spelling), backend=capture, dynamic=True)(
+        torch.randn(2, 7, 32))
+    return sum(found)
+
+
+@pytest.mark.parametrize("spelling, fused", [("masked_fill", 1), ("where", 1),
+                                             ("finite", 0)])
+def test_causal_attention_rewrite_matches_only_what_is_provably_sdpa(spelling, fused):
+    assert _rewrites(spelling) == fused
+
+
+def test_causal_attention_rewrite_turned_off(monkeypatch):
+    monkeypatch.setenv("DISC_FUSED_ATTENTION", "0")
+    assert _rewrites("masked_fill") == 0
+
+
+def test_hand_written_attention_with_a_finite_fill_trains_unfused():
+    """masked_fill(-1e9) replaces scores where SDPA would add to them: not rewritten,
+    and still trains like eager."""
+    _train_block("finite", [6, 19])
+    assert not fallbacks(), fallbacks()

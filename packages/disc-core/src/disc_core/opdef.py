@@ -258,6 +258,16 @@ class KernelContext(Protocol):
 
 
 @dataclass(frozen=True)
+class LibraryCode:
+    """A ``Fusion.LIBRARY`` op's own step (``OpDef.library_call``): the host's C lines
+    that run it, and the C helper functions they call, by name (each included once per
+    module however many steps call it)."""
+
+    lines: list[str]
+    helpers: dict[str, str]
+
+
+@dataclass(frozen=True)
 class ScanSpec:
     """What a ``Fusion.SCAN`` op computes: an inclusive ``kind`` scan (sum, prod, max, min:
     the combine steps reductions use) along ``axis`` of operand 0."""
@@ -367,6 +377,13 @@ class OpDef:
     @classmethod
     def scan_spec(cls, op: Op) -> ScanSpec | None:
         """What a ``Fusion.SCAN`` op computes."""
+        return None
+
+    @classmethod
+    def library_call(cls, op: Op, ptr: Any, syms: Any) -> LibraryCode | None:
+        """A ``Fusion.LIBRARY`` op's own C (``ptr(value)``: a C pointer expression of a
+        value's buffer; ``syms.c(dim)``: a dim's C expression). None: the op is a GEMM
+        (``native/library.py``'s ``emit_gemm``)."""
         return None
 
     @classmethod

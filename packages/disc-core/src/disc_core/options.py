@@ -73,6 +73,12 @@ CORE_OPTIONS = OptionTable("disc-core", (
            "Python (disc-torch) saves its inputs (`<key>/input_<i>.npy`) and the "
            "framework's outputs (`<key>/framework_<i>.npy`) there, for a standalone "
            "reproducer (`disc bisect` sets it).", env_only=True),
+    Option("fused_attention", "DISC_FUSED_ATTENTION", True,
+           "Fused attention: the optimize stage rewrites softmax(Q Kᵀ·scale + mask) V into "
+           "the blocked `attention` op (scores never in memory); disc-torch converts torch's "
+           "CPU flash attention to it and its backward, and rewrites hand-written causal "
+           "attention to SDPA before autograd; `0` keeps the unfused ops (GEMMs and softmax "
+           "kernels; for comparisons).", parse=parse_bool, env_only=True),
 ), doc="Read by the compiler whatever bridge is used.")
 
 #: The option fields the bridges share: each bridge's config table takes the ones it offers

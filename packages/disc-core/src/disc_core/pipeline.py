@@ -59,6 +59,7 @@ from .native.fusion import FusionPlan, Kernel, NativeUnsupported, plan_fusion
 from .native.gemm_epilogue import fuse_gemm_epilogues
 from .native.gemm_prologue import fuse_gemm_prologues
 from .native.lower import backend_lowering
+from .options import CORE_OPTIONS
 from .parser import parse_graph
 from .passes import default_pipeline
 from .passes.manager import PassStats
@@ -93,8 +94,10 @@ def resolve_target(target: str) -> str:
 def key_for(graph_text: str, input_types: Sequence[tuple[str, int]], *, target: str,
             optimize: bool = True) -> str:
     """The compile cache key of a graph's text and its inputs' (dtype, rank): never a
-    concrete size, so every shape of a rank shares one artifact."""
-    return cache_key({
+    concrete size, so every shape of a rank shares one artifact. With fused attention
+    off (``DISC_FUSED_ATTENTION=0``) the optimize stage builds another graph: its own key."""
+    extra = {} if CORE_OPTIONS.value("fused_attention") else {"fused_attention": False}
+    return cache_key({**extra,
         "graph": hashlib.sha256(graph_text.encode()).hexdigest(),
         "inputs": [list(t) for t in input_types],
         "disc-core": __version__,

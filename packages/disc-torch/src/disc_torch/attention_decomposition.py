@@ -23,9 +23,46 @@ from typing import Any
 
 import torch
 
-__all__ = ["flash_attention_backward", "flash_attention_forward"]
+__all__ = ["default_scale", "flash_attention_backward", "flash_attention_forward",
+           "fused_attention_reason"]
 
 aten = torch.ops.aten
+
+#: dtypes of DISC's fused attention ops
+_FUSED_DTYPES = (torch.float32, torch.float64)
+
+
+def default_scale(head_dim: int) -> float:
+    """The scale SDPA applies when none is given: 1 / sqrt(head dim)."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+def fused_attention_reason(query: Any, key: Any, value: Any, dropout_p: float,
+                           attn_mask: Any, scale: float | None) -> str | None:
+    """Why a flash-attention call is not one of DISC's fused ``attention`` ops (the
+    torch converters in ``converters/attention.py``), or None when it is. Off entirely
+    with ``DISC_FUSED_ATTENTION=0``."""
+    from disc_core.options import CORE_OPTIONS
+
+    if not CORE_OPTIONS.value("fused_attention"):
+        return "fused attention turned off (DISC_FUSED_ATTENTION=0)"
+    ts = (query, key, value)
+    if not all(isinstance(t, torch.Tensor) for t in ts):
+        return "query, key or value is not a tensor"
+    if dropout_p != 0.0:
+        return "dropout"
+    if any(t.dtype not in _FUSED_DTYPES or t.dtype != query.dtype for t in ts):
+        return f"dtype {query.dtype} (the fused kernels take float32 and float64)"
+    if any(t.dim() != 4 for t in ts):
+        return "query, key and value are not 4-d"
+    if query.shape[1] != key.shape[1] or key.shape[1] != value.shape[1]:
+        return "grouped-query heads"
+    if attn_mask is not None:
+        if not isinstance(attn_mask, torch.Tensor) or attn_mask.dim() > 4:
+            return "attention mask of rank above 4"
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+            return f"attention mask of dtype {attn_mask.dtype}"
+    return None
 
 
 def _covered(query: torch.Tensor, key: torch.Tensor, dropout_p: float) -> bool:
@@ -54,15 +91,17 @@ def _scores(query: torch.Tensor, key: torch.Tensor, is_causal: bool,
 
 
 def _scale(query: torch.Tensor, scale: float | None) -> float:
-    return scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    return scale if scale is not None else default_scale(query.shape[-1])
 
 
 def flash_attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                             dropout_p: float = 0.0, is_causal: bool = False, *,
                             attn_mask: torch.Tensor | None = None,
                             scale: float | None = None) -> Any:
-    """(output, logsumexp) of ``_scaled_dot_product_flash_attention_for_cpu``."""
-    if not _covered(query, key, dropout_p):
+    """(output, logsumexp) of ``_scaled_dot_product_flash_attention_for_cpu``; declined
+    where DISC's fused attention op takes the call as it is."""
+    if not _covered(query, key, dropout_p) or fused_attention_reason(
+            query, key, value, dropout_p, attn_mask, scale) is None:
         return NotImplemented
     acc = _accumulator(query)
     q, k, v = query.to(acc), key.to(acc), value.to(acc)
@@ -87,8 +126,10 @@ def flash_attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: t
     """(grad_query, grad_key, grad_value) of
     ``_scaled_dot_product_flash_attention_for_cpu_backward``: the probabilities come
     back from the saved logsumexp (masked scores give exp(-inf) = 0, and a fully masked
-    row, whose logsumexp is 0, gives zeros), then the softmax and matmul gradients."""
-    if not _covered(query, key, dropout_p):
+    row, whose logsumexp is 0, gives zeros), then the softmax and matmul gradients.
+    Declined where DISC's fused ``attention_grad`` op takes the call."""
+    if not _covered(query, key, dropout_p) or fused_attention_reason(
+            query, key, value, dropout_p, attn_mask, scale) is None:
         return NotImplemented
     acc = _accumulator(query)
     q, k, v = query.to(acc), key.to(acc), value.to(acc)

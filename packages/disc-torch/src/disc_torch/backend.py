@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import disable_fake_tensor_cache
 
 from disc_core.report import configure as configure_report
 
+from .attention_rewrite import rewrite_causal_attention
 from .cluster import Clock
 from .compilers import get_compiler
 from .config import DiscConfig
@@ -108,6 +109,7 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     )
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     try:
+        rewrite_causal_attention(gm)  # forward and backward become the fused ops
         # aot_autograd traces without fake-tensor caching too (see tracing_config), also
         # when the graph came from torch.compile(backend="disc")
         with (disable_fake_tensor_cache(fake_mode) if fake_mode is not None

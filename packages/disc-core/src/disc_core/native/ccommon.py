@@ -37,6 +37,8 @@ class ModuleInfo:
     profile: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     gemm_dtypes: set[DType] = field(default_factory=set)  # dtypes of its GEMM calls
+    #: C helpers of library calls other than GEMMs (``OpDef.library_call``), by name
+    helpers: dict[str, str] = field(default_factory=dict)
 
 
 class Symbols:

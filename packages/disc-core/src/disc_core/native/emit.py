@@ -73,6 +73,7 @@ def emit_module(graph: Graph, plan: FusionPlan, max_units: int = 1) -> ModuleInf
         prototypes += rows_protos
     host = emit_host(graph, plan, syms, consts, info)
     helpers = [gemm_helper(dt) for dt in sorted(info.gemm_dtypes, key=lambda d: d.name)]
+    helpers += [info.helpers[name] for name in sorted(info.helpers)]
     total = sum(map(len, kernel_src))
     units = max(1, min(max_units, total // SPLIT_MIN_CHARS))
     shares = [kernel_src]

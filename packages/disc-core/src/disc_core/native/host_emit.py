@@ -294,16 +294,21 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
         slot = 1 + len(info.profile)
         if isinstance(s, LibraryCall):
             info.needs_blas = True
-            pre: list[str] = []
-            epi = pro = None
-            if s.prologue is not None:
-                lines, pro = setup_prologue(s, ptr, syms, info)
-                pre += lines
-            if s.epilogue is not None:
-                lines, epi = setup_epilogue(s, ptr, syms, info)
-                pre += lines
-            L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro), "  }"])
-            info.gemm_dtypes.add(s.op.operands[0].dtype)
+            own = s.op.opdef.library_call(s.op, ptr, syms)
+            if own is not None:  # an op with its own library code (fused attention)
+                L.extend(own.lines)
+                info.helpers.update(own.helpers)
+            else:
+                pre: list[str] = []
+                epi = pro = None
+                if s.prologue is not None:
+                    lines, pro = setup_prologue(s, ptr, syms, info)
+                    pre += lines
+                if s.epilogue is not None:
+                    lines, epi = setup_epilogue(s, ptr, syms, info)
+                    pre += lines
+                L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro), "  }"])
+                info.gemm_dtypes.add(s.op.operands[0].dtype)
         elif isinstance(s, ScatterCall):
             L.extend(emit_scatter(s.op, ptr, syms))
         elif isinstance(s, ScanCall):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ..dtypes import DType
 from ..ir import Op, Value
+from ..opdef import OpDef
 from ..symbolic import product
 from .ccommon import PAR_MIN, Symbols, c_source, combine, identity, scalar_constant, strides
 from .cexpr import ctype
@@ -17,9 +18,19 @@ from .gemm_operands import batch_shared_source
 Ptr = Callable[[Value], str]
 
 
+def is_gemm(op: Op) -> bool:
+    """A library-call op that brings no C of its own (``OpDef.library_call``) is a GEMM:
+    only those take GEMM layouts, prologues and epilogues (fused attention does not)."""
+    return (getattr(type(op.opdef).library_call, "__func__", None)
+            is OpDef.library_call.__func__)
+
+
 def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | None:
     """(transA, transB, lhs free, lhs contract, rhs free) when BLAS takes the operands as
-    they are, else None (lower.canonicalize_dots inserts transposes first)."""
+    they are, else None (lower.canonicalize_dots inserts transposes first; None too for
+    an op that is not a GEMM)."""
+    if not is_gemm(op):
+        return None
     lhs, rhs = op.operands
     a = op.attrs
     nb = len(a["lhs_batch"])

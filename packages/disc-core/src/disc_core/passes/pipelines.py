@@ -6,6 +6,7 @@ that also imported every pass to build a pipeline made the two import each other
 
 from __future__ import annotations
 
+from .attention import FuseAttention
 from .canonicalize import Canonicalize
 from .cse import CSE
 from .dce import DCE
@@ -19,6 +20,7 @@ __all__ = ["default_pipeline"]
 
 def default_pipeline(**kwargs: object) -> PassManager:
     """The ``optimize`` stage's passes, run to a fixpoint: shape propagation,
-    canonicalization, reshape moving, constant folding, CSE, DCE."""
+    canonicalization, reshape moving, constant folding, CSE, DCE, then attention fusion
+    (on the canonical form the others leave; its leftovers go in the next round)."""
     return PassManager([ShapePropagation(), Canonicalize(), MoveReshapes(), ConstantFold(),
-                        CSE(), DCE()], **kwargs)  # type: ignore[arg-type]
+                        CSE(), DCE(), FuseAttention()], **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,256 @@
+/* Fused attention kernels (the core ops attention and attention_grad; inserted once per
+   dtype by native/attention_emit.py after defining the parameters below).
+
+   Forward: softmax(Q K^T * scale + mask [causal]) V and the logsumexp of every row,
+   tiled over (batch*heads, a block of ATT_BQ query rows) across the module's OpenMP
+   team; each task walks the keys in blocks of ATT_BK with an online softmax (a running
+   row maximum and sum; the output accumulator is rescaled when the maximum grows), so
+   only a ATT_BQ x ATT_BK block of scores ever exists, in the thread's own buffer. The
+   two products per block are single-threaded BLAS calls (the library the rest of the
+   module uses), which beat a hand-written micro-kernel on every head size measured.
+
+   Backward (FlashAttention-2's order): per (batch*head), the key blocks outside and the
+   query blocks inside; the probabilities come back from the saved logsumexp, dV and dK
+   accumulate per key block and dQ in place. Tasks are whole heads, so no two threads
+   write one gradient row.
+
+   Conventions (torch's CPU flash attention): a row with no unmasked key gives output 0
+   and logsumexp 0; causal masks key j > query row i (top-left aligned).
+
+   Parameters (macros):
+     DISC_ATTN_T      the element type (float, double)
+     DISC_ATTN_SFX    the function-name suffix (float, double)
+     DISC_ATTN_EXP    its exp (disc_expf, exp)
+     DISC_ATTN_LOG    its log (logf, log)
+     DISC_ATTN_BLAS   the disc_env field of the Fortran GEMM (sgemm, dgemm)
+     DISC_ATTN_BLAS_FN  its function pointer type
+     DISC_ATTN_ROWMAJOR 1 to prefer disc_env.sgemm_rowmajor when present (f32) */
+
+#ifndef DISC_ATTN_ONCE
+#define DISC_ATTN_ONCE
+/* block sizes (query rows x keys), measured against torch's flash kernel on one thread
+   (f32, head 64, S 128..1024): the forward gains from long key blocks (fewer rescales
+   of the accumulator), the backward from square ones */
+#define ATT_BQ 64
+#define ATT_BK 512
+#define ATT_BWD_BQ 128
+#define ATT_BWD_BK 128
+#define ATT_CAT2(a, b) a##_##b
+#define ATT_CAT(a, b) ATT_CAT2(a, b)
+/* the offset of batch*head index bh in a mask whose batch dims have strides mbs (0 where
+   the mask broadcasts) */
+static inline int64_t disc_attn_mask_offset(int64_t bh, int64_t nb, const int64_t *bdims,
+                                            const int64_t *mbs) {
+  int64_t off = 0;
+  for (int64_t d = nb - 1; d >= 0; --d) {
+    off += (bh % bdims[d]) * mbs[d];
+    bh /= bdims[d];
+  }
+  return off;
+}
+#endif
+
+#define ATT_T DISC_ATTN_T
+#define ATT_GEMM ATT_CAT(disc_attn_gemm, DISC_ATTN_SFX)
+
+/* row-major C = alpha op(A) op(B) + beta C, one BLAS thread (the caller's team member) */
+static inline void ATT_GEMM(const disc_env *env, int ta, int tb, int64_t M, int64_t N,
+                            int64_t K, ATT_T alpha, const ATT_T *A, int64_t lda,
+                            const ATT_T *B, int64_t ldb, ATT_T beta, ATT_T *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+    return;
+  }
+#if DISC_ATTN_ROWMAJOR
+  if (env->sgemm_rowmajor) {
+    ((disc_sgemm_rowmajor_fn)env->sgemm_rowmajor)(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K,
+        alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#endif
+  /* row-major C = op(A) op(B) is column-major C' = op(B)' op(A)' */
+  ((DISC_ATTN_BLAS_FN)env->DISC_ATTN_BLAS)(tb ? "T" : "N", ta ? "T" : "N", &N, &M, &K, &alpha,
+      B, &ldb, A, &lda, &beta, C, &ldc, 1, 1);
+}
+
+/* Returns 1 without a BLAS, 2 when a thread's buffers cannot be allocated. */
+static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
+    const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
+    const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *Msk, int64_t nb,
+    const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, ATT_T scale,
+    int causal, int empty_nan, ATT_T *O, ATT_T *LSE) {
+  if (!env->DISC_ATTN_BLAS
+#if DISC_ATTN_ROWMAJOR
+      && !env->sgemm_rowmajor
+#endif
+     ) return 1;
+  if (BH <= 0 || Sq <= 0) return 0;
+  const int64_t nqb = (Sq + ATT_BQ - 1) / ATT_BQ, tasks = BH * nqb;
+  const double work = (double)BH * Sq * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
+  const int nt = work >= DISC_GEMM_PARALLEL_MIN && tasks > 1 ? omp_get_max_threads() : 1;
+  const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+  int failed = 0;
+  #pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(ATT_BQ * ATT_BK + ATT_BQ * (Dv > 0 ? Dv : 1) + 2 * ATT_BQ));
+    if (!buf) {
+      #pragma omp atomic write
+      failed = 1;
+    }
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      if (!buf) continue;
+      ATT_T *S = buf, *acc = buf + ATT_BQ * ATT_BK, *mx = acc + ATT_BQ * (Dv > 0 ? Dv : 1);
+      ATT_T *sum = mx + ATT_BQ;
+      const int64_t bh = task / nqb, q0 = (task % nqb) * ATT_BQ;
+      const int64_t qn = Sq - q0 < ATT_BQ ? Sq - q0 : ATT_BQ;
+      const ATT_T *Qb = Q + (bh * Sq + q0) * D, *Kb = K + bh * Sk * D, *Vb = V + bh * Sk * Dv;
+      const ATT_T *Mb = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) + q0 * mrs : NULL;
+      for (int64_t i = 0; i < qn; ++i) { mx[i] = -INFINITY; sum[i] = 0; }
+      memset(acc, 0, sizeof(ATT_T) * (size_t)(qn * Dv));
+      const int64_t kend = causal ? (q0 + qn < Sk ? q0 + qn : Sk) : Sk;
+      for (int64_t k0 = 0; k0 < kend; k0 += ATT_BK) {
+        const int64_t kn = kend - k0 < ATT_BK ? kend - k0 : ATT_BK;
+        ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qb, D, Kb + k0 * D, D, 0, S, ATT_BK);
+        for (int64_t i = 0; i < qn; ++i) {
+          ATT_T *s = S + i * ATT_BK;
+          if (Mb) {
+            const ATT_T *m = Mb + i * mrs + k0 * mcs;
+            if (mcs == 1) {
+              #pragma omp simd
+              for (int64_t j = 0; j < kn; ++j) s[j] += m[j];
+            } else {
+              for (int64_t j = 0; j < kn; ++j) s[j] += m[0];
+            }
+          }
+          /* causal: keys past this row are out (jn <= 0: the whole block) */
+          const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
+          ATT_T top = mx[i];
+          #pragma omp simd reduction(max:top)
+          for (int64_t j = 0; j < jn; ++j) top = s[j] > top ? s[j] : top;
+          if (top == -INFINITY) {  /* nothing unmasked yet: this block adds zeros */
+            for (int64_t j = 0; j < kn; ++j) s[j] = 0;
+            continue;
+          }
+          const ATT_T alpha = mx[i] == -INFINITY ? 0 : DISC_ATTN_EXP(mx[i] - top);
+          ATT_T add = 0;
+          #pragma omp simd reduction(+:add)
+          for (int64_t j = 0; j < jn; ++j) {
+            const ATT_T p = DISC_ATTN_EXP(s[j] - top);
+            s[j] = p;
+            add += p;
+          }
+          for (int64_t j = jn > 0 ? jn : 0; j < kn; ++j) s[j] = 0;
+          sum[i] = sum[i] * alpha + add;
+          mx[i] = top;
+          if (alpha != 1) {
+            ATT_T *a = acc + i * Dv;
+            #pragma omp simd
+            for (int64_t d = 0; d < Dv; ++d) a[d] *= alpha;
+          }
+        }
+        ATT_GEMM(env, 0, 0, qn, Dv, kn, 1, S, ATT_BK, Vb + k0 * Dv, Dv, 1, acc, Dv);
+      }
+      ATT_T *Ob = O + (bh * Sq + q0) * Dv, *Lb = LSE + bh * Sq + q0;
+      for (int64_t i = 0; i < qn; ++i) {
+        const ATT_T l = sum[i], inv = l > 0 ? 1 / l : empty_nan && Sk > 0 ? NAN : 0;
+        const ATT_T *a = acc + i * Dv;
+        ATT_T *o = Ob + i * Dv;
+        #pragma omp simd
+        for (int64_t d = 0; d < Dv; ++d) o[d] = a[d] * inv;
+        Lb[i] = l > 0 ? mx[i] + DISC_ATTN_LOG(l) : 0;
+      }
+    }
+    free(buf);
+  }
+  if (env->blas_threads_local) env->blas_threads_local(prev);
+  return failed ? 2 : 0;
+}
+
+static __attribute__((noinline)) int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
+    const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
+    const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *O, const ATT_T *dO,
+    const ATT_T *LSE, const ATT_T *Msk, int64_t nb, const int64_t *bdims,
+    const int64_t *mbs, int64_t mrs, int64_t mcs, ATT_T scale, int causal, ATT_T *dQ,
+    ATT_T *dK, ATT_T *dV) {
+  if (!env->DISC_ATTN_BLAS
+#if DISC_ATTN_ROWMAJOR
+      && !env->sgemm_rowmajor
+#endif
+     ) return 1;
+  if (BH <= 0) return 0;
+  const double work = (double)BH * (Sq > 0 ? Sq : 1) * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
+  const int nt = work >= DISC_GEMM_PARALLEL_MIN && BH > 1 ? omp_get_max_threads() : 1;
+  const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+  int failed = 0;
+  #pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(2 * ATT_BWD_BQ * ATT_BWD_BK + (Sq > 0 ? Sq : 1)));
+    if (!buf) {
+      #pragma omp atomic write
+      failed = 1;
+    }
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      if (!buf) continue;
+      ATT_T *P = buf, *dP = buf + ATT_BWD_BQ * ATT_BWD_BK, *rowdot = dP + ATT_BWD_BQ * ATT_BWD_BK;
+      const ATT_T *Qh = Q + bh * Sq * D, *Kh = K + bh * Sk * D, *Vh = V + bh * Sk * Dv;
+      const ATT_T *Oh = O + bh * Sq * Dv, *dOh = dO + bh * Sq * Dv, *Lh = LSE + bh * Sq;
+      ATT_T *dQh = dQ + bh * Sq * D, *dKh = dK + bh * Sk * D, *dVh = dV + bh * Sk * Dv;
+      const ATT_T *Mh = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) : NULL;
+      memset(dQh, 0, sizeof(ATT_T) * (size_t)(Sq * D));
+      memset(dKh, 0, sizeof(ATT_T) * (size_t)(Sk * D));
+      memset(dVh, 0, sizeof(ATT_T) * (size_t)(Sk * Dv));
+      for (int64_t i = 0; i < Sq; ++i) {
+        ATT_T r = 0;
+        const ATT_T *o = Oh + i * Dv, *g = dOh + i * Dv;
+        #pragma omp simd reduction(+:r)
+        for (int64_t d = 0; d < Dv; ++d) r += o[d] * g[d];
+        rowdot[i] = r;
+      }
+      for (int64_t k0 = 0; k0 < Sk; k0 += ATT_BWD_BK) {
+        const int64_t kn = Sk - k0 < ATT_BWD_BK ? Sk - k0 : ATT_BWD_BK;
+        /* causal: rows before k0 see none of these keys */
+        const int64_t qstart = causal ? k0 / ATT_BWD_BQ * ATT_BWD_BQ : 0;
+        for (int64_t q0 = qstart; q0 < Sq; q0 += ATT_BWD_BQ) {
+          const int64_t qn = Sq - q0 < ATT_BWD_BQ ? Sq - q0 : ATT_BWD_BQ;
+          ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qh + q0 * D, D, Kh + k0 * D, D, 0, P, ATT_BWD_BK);
+          ATT_GEMM(env, 0, 1, qn, kn, Dv, 1, dOh + q0 * Dv, Dv, Vh + k0 * Dv, Dv, 0, dP, ATT_BWD_BK);
+          for (int64_t i = 0; i < qn; ++i) {
+            ATT_T *s = P + i * ATT_BWD_BK, *dp = dP + i * ATT_BWD_BK;
+            if (Mh) {
+              const ATT_T *m = Mh + (q0 + i) * mrs + k0 * mcs;
+              if (mcs == 1) {
+                #pragma omp simd
+                for (int64_t j = 0; j < kn; ++j) s[j] += m[j];
+              } else {
+                for (int64_t j = 0; j < kn; ++j) s[j] += m[0];
+              }
+            }
+            const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
+            const ATT_T l = Lh[q0 + i], r = rowdot[q0 + i];
+            #pragma omp simd
+            for (int64_t j = 0; j < (jn > 0 ? jn : 0); ++j) {
+              const ATT_T p = DISC_ATTN_EXP(s[j] - l);
+              s[j] = p;
+              dp[j] = p * (dp[j] - r);
+            }
+            for (int64_t j = jn > 0 ? jn : 0; j < kn; ++j) { s[j] = 0; dp[j] = 0; }
+          }
+          /* dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q */
+          ATT_GEMM(env, 1, 0, kn, Dv, qn, 1, P, ATT_BWD_BK, dOh + q0 * Dv, Dv, 1, dVh + k0 * Dv, Dv);
+          ATT_GEMM(env, 0, 0, qn, D, kn, scale, dP, ATT_BWD_BK, Kh + k0 * D, D, 1, dQh + q0 * D, D);
+          ATT_GEMM(env, 1, 0, kn, D, qn, scale, dP, ATT_BWD_BK, Qh + q0 * D, D, 1, dKh + k0 * D, D);
+        }
+      }
+    }
+    free(buf);
+  }
+  if (env->blas_threads_local) env->blas_threads_local(prev);
+  return failed ? 2 : 0;
+}
+
+#undef ATT_T
+#undef ATT_GEMM
