@@ -13,10 +13,17 @@ from pathlib import Path
 __all__ = ["compiler_fingerprint", "source_fingerprint"]
 
 
+#: what a package's source is: Python, and the C/C++ its generated code includes (disc-core's
+#: ``native/csrc``: a changed attention kernel or prelude must not load modules built with
+#: the old one)
+SOURCE_SUFFIXES = (".py", ".c", ".h", ".cc")
+
+
 def source_fingerprint(root: Path) -> str:
-    """A hash of every Python file under ``root`` (names and contents)."""
+    """A hash of every source file under ``root`` (names and contents; ``SOURCE_SUFFIXES``)."""
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    files = (p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file())
+    for path in sorted(files):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
