@@ -21,8 +21,7 @@ Ptr = Callable[[Value], str]
 def is_gemm(op: Op) -> bool:
     """A library-call op that brings no C of its own (``OpDef.library_call``) is a GEMM:
     only those take GEMM layouts, prologues and epilogues (fused attention does not)."""
-    return (getattr(type(op.opdef).library_call, "__func__", None)
-            is OpDef.library_call.__func__)
+    return op.opdef.library_call.__func__ is OpDef.library_call.__func__
 
 
 def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | None:
