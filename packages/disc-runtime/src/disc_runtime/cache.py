@@ -62,6 +62,7 @@ __all__ = [
     "cache_key",
     "default_cache",
     "default_cache_dir",
+    "file_lock",
 ]
 
 CACHE_LAYOUT_VERSION = "v1"
@@ -162,6 +163,44 @@ def _tree_bytes(path: Path) -> int:
             except OSError:
                 pass
     return total
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, timeout: float, poll: float = 0.02) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created with its folder) while the block
+    runs; yields whether it is held. Waits at most ``timeout`` seconds for another
+    process's lock; yields False at once where locks are unavailable (no ``fcntl``, a
+    read-only folder, a file system without locks) or ``timeout`` is 0. Callers use it to
+    save work only (one builder of a cache entry or a launch library): what they publish
+    must stay correct without it."""
+    if fcntl is None or not timeout:
+        yield False
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield False
+        return
+    held = False
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(poll)
+            except OSError:  # the file system has no locks
+                break
+        yield held
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class CompileCache:
@@ -376,36 +415,16 @@ class CompileCache:
         if fcntl is None or not timeout or nested:
             yield False
             return
-        try:
-            locks = self.root / _LOCKS
-            locks.mkdir(parents=True, exist_ok=True)
-            fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError:  # a read-only or odd file system: build without the lock
-            yield False
-            return
-        held = False
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    held = True
-                    with _held_lock:
-                        _held_keys.add(key)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        break
-                    time.sleep(0.02)
-                except OSError:  # the file system has no locks
-                    break
-            yield held
-        finally:
+        with file_lock(self.root / _LOCKS / f"{key}.lock", timeout) as held:
             if held:
                 with _held_lock:
-                    _held_keys.discard(key)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+                    _held_keys.add(key)
+            try:
+                yield held
+            finally:
+                if held:
+                    with _held_lock:
+                        _held_keys.discard(key)
 
     def _build_and_publish(self, key: str, build: Build) -> Artifact:
         staging = self.root / _STAGING

@@ -17,18 +17,13 @@ import contextlib
 import ctypes
 import os
 import shutil
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from disc_runtime.cache import file_lock
 from disc_runtime.native import ABI_TYPES, blas_functions, launch_support_header
 from disc_runtime.options import RUNTIME_OPTIONS
-
-try:  # POSIX: one builder per library across processes
-    import fcntl
-except ImportError:  # pragma: no cover - elsewhere each process builds its own copy
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["LaunchLibrary", "build_lock", "flush_cluster_calls", "lock_path", "publish",
            "write_build_headers"]
@@ -65,34 +60,8 @@ def build_lock(target: Path, timeout: float | None = None) -> Iterator[bool]:
     without the lock: the atomic :func:`publish` keeps concurrent builds correct."""
     if timeout is None:
         timeout = RUNTIME_OPTIONS.value("cache_lock_timeout")
-    if fcntl is None or not timeout:
-        yield False
-        return
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:  # a read-only or odd file system
-        yield False
-        return
-    held = False
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)
-            except OSError:  # the file system has no locks
-                break
+    with file_lock(lock_path(target), timeout, poll=0.05) as held:
         yield held
-    finally:
-        if held:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 class LaunchLibrary:
