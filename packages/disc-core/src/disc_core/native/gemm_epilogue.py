@@ -145,14 +145,17 @@ def _variants(info: ModuleInfo, k: Kernel) -> list[str]:
     return next(e["variants"] for e in info.kernels if e["id"] == k.id)
 
 
+def pointee(decl: str) -> str:
+    """The element type of a kernel parameter declaration (``const float *restrict a``
+    -> ``const float``): what an entry casts a ``void *`` argument to."""
+    return decl.rsplit("*", 1)[0].strip().replace(" restrict", "")
+
+
 def rows_entries(k: Kernel, variants: list[str], decls: list[str]) -> tuple[str, list[str]]:
     """C of one entry per version of epilogue kernel ``k`` with the signature the GEMM
     helper calls (``disc_epi_fn``: tensors as an array, rows [lo, hi)), forwarding to the
     version's ``_part``; and their prototypes (for a module split into units)."""
-    casts = []
-    for j, d in enumerate(decls):
-        ty = d.rsplit("*", 1)[0].strip().replace(" restrict", "")
-        casts.append(f"({ty} *)p[{j}]")
+    casts = [f"({pointee(d)} *)p[{j}]" for j, d in enumerate(decls)]
     args = ", ".join(casts + ["S", "lo", "hi"])
     src, protos = [], []
     for variant in variants:

@@ -30,7 +30,7 @@ from ..ir import Graph, Op, Value
 from ..symbolic import Expr, product
 from .ccommon import ModuleInfo, Symbols
 from .fusion import Alias, FusionPlan, Kernel, LibraryCall, Step, _order_steps, step_values
-from .gemm_epilogue import _alias_group, epilogue_source, version_choice
+from .gemm_epilogue import _alias_group, epilogue_source, pointee, version_choice
 from .gemm_operands import batch_shared_source
 from .kernel_emit import transposed_innermost
 from .library import gemm_layout
@@ -141,11 +141,8 @@ def into_entries(k: Kernel, variants: list[str], decls: list[str], syms: Symbols
     helper calls (``disc_pro_fn``: inputs as an array, rows [lo, hi), and the buffer that
     receives them), forwarding to the version's ``_part`` with its output pointer moved so
     that row ``lo`` lands at the buffer's start; and their prototypes."""
-    casts = []
-    for j, d in enumerate(decls[:-1]):
-        ty = d.rsplit("*", 1)[0].strip().replace(" restrict", "")
-        casts.append(f"({ty} *)p[{j}]")
-    out_ty = decls[-1].rsplit("*", 1)[0].strip().replace(" restrict", "")
+    casts = [f"({pointee(d)} *)p[{j}]" for j, d in enumerate(decls[:-1])]
+    out_ty = pointee(decls[-1])
     cols = syms.c(k.space[-1])
     args = ", ".join(casts + [f"({out_ty} *)dst - lo * ({cols})", "S", "lo", "hi"])
     src, protos = [], []
