@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 import report_samples as samples
 
-from disc_core.report import Collector, Report, load, render_markdown, render_text, write_report
+from disc_core.report import (
+    Collector,
+    Report,
+    load,
+    render_html,
+    render_markdown,
+    render_text,
+    write_report,
+)
 from disc_core.report.ranks import RankInfo, process_rank, rank_label
 from disc_core.report.sharing import key_compiles, sharing_line
 
@@ -133,6 +141,17 @@ def test_markdown_lists_keys_across_runs_too():
     assert "## Across runs (per compile-cache key)" in md
     assert "| `00ababababab` | 1 | 3 | 4 | rank 0 |" in md
     assert "Across runs" not in render_markdown(rank_reports(1)[0])
+
+
+def test_html_lists_keys_across_runs_too():
+    page = render_html(Report.merge(rank_reports(4)))
+    assert "<h2>Across runs (per compile-cache key)</h2>" in page
+    assert ('<p id="sharing">2 cluster keys over 4 runs: 2 compiles, 6 cache hits; each key '
+            "compiled once</p>") in page
+    row = ('<code>00ababababab</code></td><td class="n" data-v="1">1</td>'
+           '<td class="n" data-v="3">3</td><td class="n" data-v="4">4</td><td>rank 0</td>')
+    assert row in page
+    assert "Across runs" not in render_html(rank_reports(1)[0])
 
 
 def test_a_key_compiled_by_two_ranks_is_called_out():

@@ -19,6 +19,7 @@ import html
 
 from .model import ClusterRecord, GraphReport, Report, Status
 from .render_text import summary_line
+from .sharing import key_compiles, sharing_line
 from .summary import (
     ClusterTimes,
     OpCount,
@@ -240,6 +241,21 @@ def _kernel_time(report: Report, framework: dict[str, str]) -> list[str]:
             "cluster's profiled time (kernels, library calls and host work).</p>", *out]
 
 
+def _across_runs(report: Report) -> list[str]:
+    """Compiles and cache hits per compile-cache key over the runs of a merged report (the
+    ranks of a job sharing one cache should compile each key once); nothing for one run."""
+    items = key_compiles(report)
+    if len(report.runs) < 2 or not items:
+        return []
+    return ['<h2>Across runs (per compile-cache key)</h2>'
+            f'<p id="sharing">{_e(sharing_line(items, len(report.runs)))}</p>'
+            + _table(["key", "compiles", "cache hits", "runs", "compiled by"], [
+                f'<td title="{_e(k.key)}"><code>{_e(k.key[:12])}</code></td>'
+                + _num(k.compiles) + _num(k.cache_hits) + _num(len(k.runs))
+                + f"<td>{_e(', '.join(k.compiled_by) or '-')}</td>" for k in items],
+                ident="across-runs")]
+
+
 def _sections(report: Report, s: Summary) -> list[str]:
     framework = {r.id: r.framework or "no framework" for r in report.runs}
     out = []
@@ -305,6 +321,7 @@ def _sections(report: Report, s: Summary) -> list[str]:
                 else "<td></td>") for g, c in clusters]))
     else:
         out.append('<p class="muted">No clusters.</p>')
+    out += _across_runs(report)
     out += _kernel_time(report, framework)
     fallbacks = [(g, n) for g in report.graphs for n in g.nodes if n.status is Status.FALLBACK]
     if fallbacks:
