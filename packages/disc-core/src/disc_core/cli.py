@@ -8,6 +8,7 @@
     disc run ARTIFACT ...                              same as disc-run
     disc bisect --output FILE.npz -- CMD ...           find the compiled cluster that
                                                        changes CMD's results (docs/bisect.md)
+    disc export [GRAPH.disc ...] [-o OUT]              clusters as StableHLO .mlir files
     disc --version                                     DISC packages and frameworks seen
 
 Expected failures (missing file, not a report, wrong schema version, unwritable output)
@@ -54,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
                 epilog=f"{PROG} compile FILE [--stop-after STAGE]: compile a graph's text form "
                 f"and print one stage's output (see {PROG} compile --help); "
                 f"{PROG} bisect --output FILE.npz -- CMD ...: find the compiled cluster that "
-                f"changes CMD's results (see {PROG} bisect --help)")
+                f"changes CMD's results (see {PROG} bisect --help); {PROG} export "
+                f"[GRAPH.disc ...] [-o OUT]: write clusters as StableHLO .mlir files (see "
+                f"{PROG} export --help)")
     p.add_argument("--version", action="store_true",
                    help="list installed DISC packages and the framework versions they see")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -207,3 +207,17 @@ def test_console_script_is_installed():
     result = subprocess.run([str(script), "--version"], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("disc (disc-core ")
+
+
+def test_help_names_every_command_the_dispatcher_takes():
+    """Commands dispatched before argparse (run, report, bisect, compile, export) are named
+    in ``disc --help`` and the module docstring, so a user finds them."""
+    from disc_core import cli
+
+    result = disc("--help")
+    assert result.returncode == 0, result.stderr
+    dispatched = ["run", "report", "bisect", "compile", "export", "cache"]
+    for command in dispatched:
+        assert f"disc {command}" in " ".join(result.stdout.split()) or (
+            f"    {command} " in result.stdout), command
+        assert f"disc {command}" in cli.__doc__, command
