@@ -22,8 +22,8 @@ multiply with the same library. Cases (q, k, v [2, 8, S, 64], f32):
 * `sdpa_padding`: SDPA with a boolean key-padding mask [2, 1, 1, S]
 * `manual_causal`: GPT-style `softmax(masked_fill(q @ kᵀ * c, ~tril, -inf)) @ v`
 
-Every result carries benchmarks/provenance.py's record. Figures from a shared machine are
-indicative only.
+Every result carries benchmarks/provenance.py's record and the share of the CPUs other
+processes used during the run (figures with more than 10% are indicative only).
 """
 
 from __future__ import annotations
@@ -213,6 +213,7 @@ def main() -> int:
     ss = lengths(ARGS.quick)
     rounds = ARGS.rounds or (3 if ARGS.quick else 5)
     names = ARGS.contenders.split(",")
+    others = provenance.OtherLoad()
     rows = [run_case(c, m, names, ss, rounds) for c in ARGS.cases.split(",")
             for m in ARGS.modes.split(",")]
     import disc_core
@@ -220,8 +221,12 @@ def main() -> int:
     record = provenance.machine(THREADS, {"torch": torch.__version__,
                                           "disc-core": disc_core.__version__},
                                 gemm_library())
+    busy = others.pct()
+    record["other_processes_pct"] = None if busy is None else round(busy, 1)
     print(provenance.headline(record))
-    print("shared machine: figures are indicative; DISC_BLAS_TUNE=0 (same GEMM library)")
+    print("DISC_BLAS_TUNE=0 (same GEMM library); other processes used "
+          + ("an unknown share" if busy is None else f"{busy:.0f}%") + " of the CPUs during "
+          "the run" + (": figures are indicative" if busy is None or busy > 10 else ""))
     head = f"{'case':15} {'mode':17} " + " ".join(f"{n:>13}" for n in names)
     print(head + "   disc speedup over " + ", ".join(n for n in names if n != "disc"))
     for r in rows:

@@ -44,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # benchmarks/provenance.py, also when imported from elsewhere
+import provenance  # noqa: E402
+
 CASE_NAMES = ("layernorm", "softmax", "gelu_bias_residual", "attention_scores", "rmsnorm",
               "layernorm_backward", "conv_bias_relu")
 
@@ -381,39 +384,6 @@ def measure_stream(threads: int, quick: bool) -> dict[str, Any]:
             "copy_24mib_median_gbps": small["median_gbps"]}
 
 
-class OtherLoad:
-    """CPU time that other processes used while this one ran: busy time of the whole machine
-    (/proc/stat) minus this process's own and its children's, as a share of wall time x
-    cores. The benchmark's figures are only as good as this is small."""
-
-    def __init__(self) -> None:
-        self.start = self._sample()
-
-    @staticmethod
-    def _sample() -> tuple[float, float, float] | None:
-        try:
-            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        except OSError:
-            return None
-        ticks = os.sysconf("SC_CLK_TCK")
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (
-            int(v) for v in fields[:8])
-        busy = (user + nice + system + irq + softirq + steal) / ticks
-        t = os.times()
-        return busy, t.user + t.system + t.children_user + t.children_system, time.monotonic()
-
-    def pct(self) -> float | None:
-        end = self._sample()
-        if self.start is None or end is None:
-            return None
-        busy, own, wall = (e - s for e, s in zip(end, self.start))
-        if wall <= 0:
-            return None
-        # /proc/stat and os.times() count in clock ticks (10 ms): ignore 3 ticks of slack
-        others = max(0.0, busy - own - 3 / os.sysconf("SC_CLK_TCK"))
-        return 100 * others / (wall * (os.cpu_count() or 1))
-
-
 def source_state() -> dict[str, Any]:
     """The commit benchmarked and the files that differed from it (DISC is edited live)."""
     def git(*cmd: str) -> str | None:
@@ -485,7 +455,7 @@ class Contender:
 def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]]
              ) -> dict[str, Any]:
     rng = np.random.default_rng(0)
-    others = OtherLoad()
+    others = provenance.OtherLoad()
     graph = case.graph()
     print(f"\n== {case.name}: {case.title}, {len(case.shapes)} shapes", flush=True)
 
@@ -570,7 +540,7 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
             # contention recorded.
             attempts: list[tuple[float, dict[str, list[float]]]] = []
             for _ in range(1 + args.retries):
-                meter = OtherLoad()
+                meter = provenance.OtherLoad()
                 samples = timed_rounds(fns, ks, limits, args.reps)
                 busy = meter.pct()
                 attempts.append((busy if busy is not None else 0.0, samples))
@@ -837,7 +807,7 @@ def print_report(results: list[dict[str, Any]], machine: dict[str, Any],
 def main(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     load_start = loadavg()
-    others = OtherLoad()
+    others = provenance.OtherLoad()
     print(f"memory_bound: {THREADS} threads (OMP_NUM_THREADS, torch.set_num_threads), "
           f"torch {torch.__version__}, disc-core {disc_core_version}, "
           f"{'quick' if args.quick else 'full'} run, {args.reps} rounds per shape", flush=True)
@@ -857,8 +827,6 @@ def main(args: argparse.Namespace) -> int:
         r["targets"] = targets_for(case, r, stream["best_gbps"])
         results.append(r)
     tiny = tiny_overheads()
-    import provenance
-
     from disc_runtime.native import blas_choice
 
     choice = blas_choice()

@@ -15,6 +15,7 @@ import datetime
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,36 @@ def headline(record: dict[str, Any]) -> str:
 def library_name(path: str | None) -> str | None:
     """A library's file name (the directory only says where pip put it)."""
     return os.path.basename(path) if path else None
+
+
+class OtherLoad:
+    """CPU time that other processes used while this one ran: busy time of the whole machine
+    (/proc/stat) minus this process's own and its children's, as a share of wall time x
+    cores. The benchmark's figures are only as good as this is small."""
+
+    def __init__(self) -> None:
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample() -> tuple[float, float, float] | None:
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        except OSError:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (
+            int(v) for v in fields[:8])
+        busy = (user + nice + system + irq + softirq + steal) / ticks
+        t = os.times()
+        return busy, t.user + t.system + t.children_user + t.children_system, time.monotonic()
+
+    def pct(self) -> float | None:
+        end = self._sample()
+        if self.start is None or end is None:
+            return None
+        busy, own, wall = (e - s for e, s in zip(end, self.start))
+        if wall <= 0:
+            return None
+        # /proc/stat and os.times() count in clock ticks (10 ms): ignore 3 ticks of slack
+        others = max(0.0, busy - own - 3 / os.sysconf("SC_CLK_TCK"))
+        return 100 * others / (wall * (os.cpu_count() or 1))
