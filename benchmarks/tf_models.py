@@ -29,9 +29,12 @@ a shared machine vary.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +50,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = harness.parser(__doc__.split("\n\n")[0], "hidden 64, 6 shapes (smoke run)")
     p.add_argument("--no-xla", action="store_true", help="skip the XLA contender")
+    p.add_argument("--no-other-blas", action="store_true",
+                   help="skip the second column (DISC's GEMMs in numpy's OpenBLAS)")
+    p.add_argument("--other-blas-steady", action="store_true",
+                   help=argparse.SUPPRESS)  # the child process of other_blas_column()
     return p.parse_args(argv)
 
 
@@ -152,13 +159,141 @@ def gradient_check(weights: list[np.ndarray], hidden: int, heads: int,
     return out
 
 
+def not_compiled(fn: Any) -> dict[str, int]:
+    """What stays in TensorFlow: ``"op type: reason"`` -> count."""
+    graph = fn.coverage()
+    out: dict[str, int] = {}
+    for n in graph.nodes if graph is not None else []:
+        if n.status.value != "compiled":
+            key = f"{n.op}: {getattr(n.reason, 'value', n.reason)}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
 def coverage(fn: Any) -> float:
     graph = fn.coverage()
     nodes = graph.nodes if graph is not None else []
     return 100.0 * sum(n.status.value == "compiled" for n in nodes) / max(len(nodes), 1)
 
 
-def run_case(mode: str) -> dict[str, Any]:
+# oneDNN prints its version and one line per primitive it runs under ONEDNN_VERBOSE=1
+# (read when the library loads): TF's matrix products are probed in a process of their own
+_TF_GEMM_PROBE = """
+import numpy as np, tensorflow as tf
+x = tf.constant(np.ones((4, 32, 64), np.float32))
+w = tf.constant(np.ones((64, 64), np.float32))
+ops = {"MatMul": lambda: tf.matmul(tf.reshape(x, [-1, 64]), w),
+       "BatchMatMulV2": lambda: tf.matmul(x, x, transpose_b=True),
+       "Einsum": lambda: tf.einsum("abc,cd->abd", x, w)}
+for name, fn in ops.items():
+    g = tf.function(fn)
+    g()
+    print("probe-op", name, flush=True)
+    g()
+    print("probe-op -", flush=True)
+"""
+
+
+def tf_gemm_library() -> dict[str, Any]:
+    """What TensorFlow's MatMul, BatchMatMulV2 and Einsum kernels run here: oneDNN's
+    version and, per op, the oneDNN routine its second call executed (``gemm_api`` is
+    ``dnnl_sgemm``, the path of TF's oneDNN MatMul and of Eigen's contraction kernel,
+    which TF builds on oneDNN's sgemm; ``matmul/...`` is oneDNN's matmul primitive). The
+    same environment as the benchmark (``TF_ENABLE_ONEDNN_OPTS`` included)."""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    r = subprocess.run([sys.executable, "-c", _TF_GEMM_PROBE], capture_output=True,
+                       text=True, env=env, timeout=600)
+    version = re.search(r"oneDNN v(\S+)", r.stdout + r.stderr)
+    ops: dict[str, list[str]] = {}
+    current = None
+    for line in r.stdout.splitlines():
+        if line.startswith("probe-op "):
+            current = line.split()[1]
+            continue
+        fields = line.split(",")
+        if current and current != "-" and line.startswith("onednn_verbose") and \
+                "exec" in fields:
+            at = fields.index("exec")
+            kind, impl = fields[at + 2], fields[at + 3]
+            name = kind if not impl else f"{kind}/{impl}"
+            if name not in ops.setdefault(current, []):
+                ops[current].append(name)
+    return {"library": "oneDNN inside TensorFlow (linked into libtensorflow_cc, its "
+                       "symbols not exported)" if version else "unknown (no oneDNN output)",
+            "onednn_version": version.group(1) if version else None,
+            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
+            "routines": {op: v or ["no oneDNN call (Eigen)"] for op, v in ops.items()},
+            "probe_rc": r.returncode}
+
+
+def disc_gemm_library() -> dict[str, Any]:
+    """The library DISC's f32 GEMMs run in (disc_runtime.native.blas_choice) and, when
+    it is oneDNN, its version (``dnnl_version()``)."""
+    import provenance
+
+    from disc_runtime.native import blas_choice
+
+    choice = blas_choice()
+    out: dict[str, Any] = {
+        "f32_gemm": provenance.library_name(choice.get("f32_gemm")),
+        "library": provenance.library_name(choice.get("library")),
+        "reason": choice.get("reason")}
+    path = choice.get("f32_gemm")
+    if path and "dnnl" in os.path.basename(path):
+        class _Version(ctypes.Structure):
+            _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int),
+                        ("patch", ctypes.c_int), ("hash", ctypes.c_char_p)]
+
+        fn = ctypes.CDLL(path).dnnl_version
+        fn.restype = ctypes.POINTER(_Version)
+        v = fn().contents
+        out["onednn_version"] = f"{v.major}.{v.minor}.{v.patch}"
+        out["routine"] = "dnnl_sgemm (oneDNN's gemm_api)"
+    return out
+
+
+def other_blas_column() -> dict[str, Any]:
+    """DISC against TF graph mode, steady state, with DISC's f32 GEMMs in numpy's
+    OpenBLAS instead of oneDNN (a child process: the library is chosen once per
+    process): the second, labelled column."""
+    import glob
+
+    np_dir = os.path.dirname(np.__file__)
+    libs = sorted(glob.glob(os.path.join(np_dir, os.pardir, "numpy.libs",
+                                         "libscipy_openblas64_*.so")))
+    if not libs:
+        return {}
+    out = subprocess.run(
+        [sys.executable, __file__, "--threads", str(THREADS), "--other-blas-steady",
+         "--modes", ARGS.modes, "--rounds", str(ARGS.rounds), "--repeat", str(ARGS.repeat)]
+        + (["--quick"] if ARGS.quick else []),
+        env={**os.environ, "DISC_BLAS_LIB": os.path.realpath(libs[0]),
+             "DISC_CACHE_DIR": tempfile.mkdtemp(prefix="disc-bench-tf-other-")},
+        capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child_other_blas() -> int:
+    rows = {}
+    for mode in ARGS.modes.split(","):
+        hidden, heads, batches, _ = _stream()
+        keras.utils.set_random_seed(0)
+        weights = block(hidden, heads).get_weights()
+        steps = {n: contender(n, weights, mode, hidden, heads) for n in ("tf", "disc")}
+        for step in steps.values():
+            harness.first_pass(step, batches, np.asarray)
+        timed = batches[:: max(len(batches) // 5, 1)]
+        medians = harness.steady(steps, timed, ARGS.rounds, np.asarray, ARGS.repeat)
+        rows[mode] = {
+            "speedup_vs_tf": round(harness.median_ratio(medians, "tf", "disc"), 3),
+            "steady_ms": {n: round(1e3 * statistics.median(v), 3) for n, v in medians.items()},
+            "disc_gemm_library": disc_gemm_library()}
+    print(json.dumps(rows))
+    return 0
+
+
+def _stream() -> tuple[int, int, list[tuple[Any, Any]], list[int]]:
+    """(hidden, heads, the batches of the stream of sequence lengths, the lengths)."""
     hidden, heads, batch = (64, 2, 4) if ARGS.quick else (256, 4, 4)
     lengths = ([16 + 49 * i for i in range(6)] if ARGS.quick
                else [16 + 13 * i for i in range(20)])  # 16..263
@@ -166,6 +301,12 @@ def run_case(mode: str) -> dict[str, Any]:
     batches = [(tf.constant(rng.standard_normal((batch, t, hidden)).astype("float32")),
                 tf.constant(rng.standard_normal((batch, t, hidden)).astype("float32")))
                for t in lengths]
+    return hidden, heads, batches, lengths
+
+
+def run_case(mode: str) -> dict[str, Any]:
+    hidden, heads, batches, lengths = _stream()
+    batch = int(batches[0][0].shape[0])
     keras.utils.set_random_seed(0)
     weights = block(hidden, heads).get_weights()
     names = ["tf"] + ([] if ARGS.no_xla else ["xla"]) + ["disc", "disc_numpy_function"]
@@ -199,6 +340,8 @@ def run_case(mode: str) -> dict[str, Any]:
         "speedup_vs_xla": round(ratio("xla"), 3) if xla else None,
         "total_speedup_vs_xla": round(firsts["xla"] / firsts["disc"], 3) if xla else None,
         "coverage_pct": round(coverage(steps["disc"]), 1),
+        "not_compiled": not_compiled(steps["disc"]),
+        "disc_clusters": len(steps["disc"].coverage().clusters),
         "numpy_function": {
             "speedup_vs_tf": round(ratio("tf", "disc_numpy_function"), 3),
             "speedup_vs_xla": round(ratio("xla", "disc_numpy_function"), 3) if xla else None,
@@ -238,20 +381,27 @@ def main() -> int:
     import provenance
 
     import disc_core
-    from disc_runtime.native import blas_choice
 
-    choice = blas_choice()
+    tf_lib, disc_lib = tf_gemm_library(), disc_gemm_library()
+    same = bool(tf_lib.get("onednn_version") and disc_lib.get("onednn_version"))
     info = provenance.machine(THREADS, {
         "tensorflow": tf.__version__, "keras": keras.__version__,
         "disc_core": disc_core.__version__, "disc_tf": disc_tf.__version__}, {
-        "tf": "TensorFlow's own MatMul kernels (oneDNN when TF_ENABLE_ONEDNN_OPTS is on, "
-              "else Eigen), linked inside TensorFlow",
-        "xla": "XLA's CPU runtime (Eigen matmul)",
-        "disc": {"f32_gemm": provenance.library_name(choice.get("f32_gemm")),
-                 "library": provenance.library_name(choice.get("library")),
-                 "reason": choice.get("reason"),
-                 "note": "not TensorFlow's library: DISC cannot call TF's internal GEMM "
-                         "yet, so these ratios do not hold the library fixed"}})
+        "tf": tf_lib,
+        "xla": "XLA's CPU runtime (its own Eigen matmul, not oneDNN)",
+        "disc": disc_lib,
+        "headline": (f"DISC on oneDNN {disc_lib.get('onednn_version')} (pip "
+                     f"onednn-cpu-gomp, dnnl_sgemm) vs TF on oneDNN "
+                     f"{tf_lib.get('onednn_version')} (linked inside TensorFlow): the same "
+                     "library family, not the same build; DISC cannot call TF's copy "
+                     "(its symbols are not exported)") if same else
+                    "DISC and TF run different GEMM libraries here: the ratios do not "
+                    "hold the library fixed",
+        "other_library_column": "other_blas: DISC's f32 GEMMs in numpy's OpenBLAS "
+                                "(DISC_BLAS_LIB), steady state against TF in a child "
+                                "process"})
+    print(f"GEMM libraries: TF {tf_lib.get('onednn_version')} {tf_lib.get('routines')}; "
+          f"DISC {disc_lib}", flush=True)
     print(provenance.headline(info), flush=True)
     rows = []
     for mode in ARGS.modes.split(","):
@@ -266,6 +416,13 @@ def main() -> int:
               + (f"  grad err {r['max_grad_rel_err_vs_tf']}" if mode == "training" else ""),
               flush=True)
         print("     " + "; ".join(targets(r)), flush=True)
+    other = {} if ARGS.no_other_blas else other_blas_column()
+    for r in rows:
+        if r["mode"] in other:
+            r["other_blas"] = other[r["mode"]]
+            print(f"{r['model']} {r['mode']:9} second column: DISC on "
+                  f"{other[r['mode']]['disc_gemm_library']['f32_gemm']} vs TF x"
+                  f"{other[r['mode']]['speedup_vs_tf']:.2f}", flush=True)
     load_end = os.getloadavg()
     for r in rows:
         r["op_library_build_s"] = op_build_s
@@ -289,4 +446,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_child_other_blas() if ARGS.other_blas_steady else main())

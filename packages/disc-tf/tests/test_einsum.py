@@ -167,3 +167,17 @@ def test_keras_multi_head_attention_fuses_attention():
     assert einsums and set(einsums) == {"compiled"}, einsums
     graphs = _compiled_graphs(f)
     assert sum(g.count("= attention(") for g in graphs) == 1, graphs
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.int32, tf.bool])
+@pytest.mark.parametrize("band", [(-1, 0), (0, -1), (1, 2), (0, 0)])
+def test_matrix_band_part(band, dtype):
+    """``tf.linalg.band_part`` (what ``tril`` and Keras's causal masks trace to) over a
+    stream of shapes, batched and square or not (TF rejects a band limit above the row or
+    column count, so the (1, 2) band gets no empty or one-row matrices)."""
+    lo, hi = band
+    shapes = ((5, 5), (2, 3), (3, 4), (7, 2)) if band == (1, 2) else (
+        (5, 5), (1, 3), (0, 4), (7, 2))
+    sets = [(rand([2, m, n], dtype, 1),) for m, n in shapes]
+    check_parity(lambda x: tf.linalg.band_part(x, lo, hi), sets,
+                 compiled_ops=["MatrixBandPart"])
