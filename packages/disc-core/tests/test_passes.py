@@ -270,3 +270,31 @@ def test_views_that_split_the_kept_dim_stay() -> None:
     assert ops.count("reshape") == 2
     # one exp runs on x itself ([N, 2, 3]), the other on the [N, 6] view
     assert sorted(op.operands[0].rank for op in exps) == [2, 3]
+
+
+@pytest.mark.parametrize("perm, start, limit, stride", [
+    # a fused QKV projection [B, S, 3, H, D] split into heads: transpose, then q/k/v
+    ([2, 0, 3, 1, 4], [1, 0, 0, 0, 0], [2, "B", 2, "S", 4], [1, 1, 1, 1, 1]),
+    ([1, 0], [1, 0], [3, "B"], [2, 1]),   # strided, partial
+    ([0, 2, 1], [0, 1, 0], ["B", 3, 2], [1, 1, 1]),
+])
+def test_slice_of_a_transpose_slices_first(perm, start, limit, stride) -> None:
+    """slice(transpose(x)) becomes transpose(slice(x)): the same values, and a transpose
+    whose users are all slices is no longer computed whole."""
+    from disc_core.symbolic import parse_expr
+
+    src = {2: ["B", 3], 3: ["B", 3, 4], 5: ["B", "S", 3, 2, 4]}[len(perm)]
+
+    def build():
+        b = GraphBuilder("g")
+        x = b.input("x", "f32", src)
+        t = b.op("transpose", x, permutation=perm)
+        conv = [parse_expr(d) if isinstance(d, str) else d for d in limit]
+        return b.build(b.op("slice", t, start=start, limit=conv, stride=stride))
+
+    g = build()
+    PassManager([Canonicalize(), DCE()]).run(g)
+    assert names(g) == ["slice", "transpose"], names(g)
+    concrete = [5 if d == "B" else 6 if d == "S" else d for d in src]
+    data = np.random.default_rng(0).standard_normal(concrete).astype(np.float32)
+    np.testing.assert_array_equal(interpret(g, [data])[0], interpret(build(), [data])[0])

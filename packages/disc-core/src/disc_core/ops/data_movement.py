@@ -125,11 +125,24 @@ class Slice(OpDef):
 
     @classmethod
     def canonicalize(cls, op: Op, rw: Rewriter) -> Value | None:
+        """The identity slice is its operand; a slice of a transpose slices first
+        (``transpose(slice(x))``), so the slice and its transpose read the transpose's
+        source in one kernel and a transpose whose users are all slices (a fused QKV
+        projection split into heads) is never written out whole."""
         x = op.operands[0]
         a = op.attrs
         if (all(s == 0 for s in a["start"]) and tuple(a["limit"]) == x.shape
                 and all(st == 1 for st in a["stride"])):
             return x
+        inner = x.producer
+        if inner is not None and inner.name == "transpose":
+            perm = inner.attrs["permutation"]
+            start, limit, stride = ([None] * len(perm) for _ in range(3))
+            for i, p in enumerate(perm):  # result dim i of the transpose is source dim p
+                start[p], limit[p], stride[p] = a["start"][i], a["limit"][i], a["stride"][i]
+            sliced = rw.op(cls.name, inner.operands[0], start=start, limit=limit,
+                           stride=stride)
+            return rw.op("transpose", sliced, permutation=list(perm))
         return None
 
     @classmethod

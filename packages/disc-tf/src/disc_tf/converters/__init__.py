@@ -1,6 +1,6 @@
 """The converter table: importing this package fills it (one module per op family)."""
 
-from . import depthwise, math, nn, reductions, shapes  # noqa: F401
+from . import depthwise, einsum, math, nn, reductions, shapes  # noqa: F401
 from .registry import CONVERTERS, Converter, Known, converter, lookup
 
 __all__ = ["CONVERTERS", "Converter", "Known", "converter", "lookup"]

@@ -184,6 +184,33 @@ def one_hot(ctx: Lowering, op: tf.Operation) -> Value:
     return ctx.op("select", hit, ctx.broadcast_to(on, shape), ctx.broadcast_to(off, shape))
 
 
+@converter("MatrixBandPart", dtypes=ALL_DTYPES)
+def matrix_band_part(ctx: Lowering, op: tf.Operation) -> Value:
+    """Zeros outside a band of the last two dims (``tf.linalg.band_part``: ``tril`` is
+    (-1, 0)): element [i, j] is kept where ``lower < 0 or i - j <= lower`` and ``upper < 0
+    or j - i <= upper``. The band limits must be known when compiling (run-time values
+    would change which comparisons exist)."""
+    x = ctx.value(op.inputs[0])
+    if x.rank < 2:
+        raise ConversionError("band_part of a tensor of rank < 2")
+    lower = ctx.static_ints(op.inputs[1], "num_lower")[0]
+    upper = ctx.static_ints(op.inputs[2], "num_upper")[0]
+    if lower < 0 and upper < 0:
+        return x
+    mn = list(x.shape[-2:])
+    i = ctx.op("iota", shape=mn, dimension=0, dtype=DType.I64)
+    j = ctx.op("iota", shape=mn, dimension=1, dtype=DType.I64)
+    keep = None
+    for limit, a, b in ((lower, i, j), (upper, j, i)):
+        if limit < 0:
+            continue
+        within = ctx.op("compare", ctx.op("sub", a, b), ctx.full(limit, DType.I64, mn),
+                        direction="le")
+        keep = within if keep is None else ctx.op("and", keep, within)
+    keep = ctx.broadcast_to(keep, x.shape)
+    return ctx.op("select", keep, x, ctx.full(0, x.dtype, x.shape))
+
+
 # -- shape changes ------------------------------------------------------------------------
 
 def resolve_reshape(x_shape: Any, dims: list[Any]) -> list[Expr]:
