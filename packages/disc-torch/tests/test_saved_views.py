@@ -45,3 +45,26 @@ def test_gradients_match_eager(fn, rewrites, options, monkeypatch):
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
     assert moved and moved[0] >= rewrites, moved
+
+
+def test_a_returned_tensor_is_never_replaced():
+    """h is returned to the user, saved (tanh's backward reads it) and permuted by the
+    forward: only its saved copy may cross as the permute, the user gets h itself."""
+
+    def fn(x, w):
+        h = torch.tanh(x @ w)
+        return h, (h.permute(1, 0) @ x).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="disc", dynamic=True)
+    for n, m in [(5, 3), (17, 8), (33, 12)]:
+        x = torch.randn(n, m, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(m, n, dtype=torch.float64, requires_grad=True)
+        g = torch.randn(n, n, dtype=torch.float64)
+        want_h, want_s = fn(x, w)
+        got_h, got_s = compiled(x, w)
+        torch.testing.assert_close(got_h, want_h, rtol=1e-10, atol=1e-10)
+        want = torch.autograd.grad((want_h * g).sum() + want_s, (x, w))
+        got = torch.autograd.grad((got_h * g).sum() + got_s, (x, w))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

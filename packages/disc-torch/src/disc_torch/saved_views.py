@@ -82,8 +82,13 @@ def save_permute_bases(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> in
         return 0
     out = _output_node(fw.graph)
     outs = list(out.args[0])
+    # the forward returns the user's outputs, then what it saves (tensors, then sizes):
+    # as many as the backward's inputs that are not tangents; a user's output is never
+    # touched, even when the same tensor is saved too
+    n_saved = sum(1 for name in placeholders if not name.startswith("tangents"))
     moved = 0
-    for i, s in enumerate(outs):
+    for i in range(max(len(outs) - n_saved, 0), len(outs)):
+        s = outs[i]
         if not (_tensor(s) and s.op == "call_function" and s.name in placeholders):
             continue
         dims = _dims(s) if s.target in _PERMUTES else None
