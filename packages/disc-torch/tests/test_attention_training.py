@@ -10,6 +10,8 @@ compile time, with padding and causal masks, next to ops forced to stay in torch
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
 
 import pytest
 import torch
@@ -113,6 +115,39 @@ def test_attention_gradients_match_eager_through_the_decomposition(monkeypatch):
 def test_causal_attention_gradients_match_eager():
     _compare({"causal": True}, "none", torch.float32, [6, 11, 2, 150], profile=True)
     assert {"attention", "attention_grad"} <= compiled_steps(), compiled_steps()
+
+
+def _steps(*ops: str) -> list[list[Any]]:
+    """Per profiled cluster (forward, backward): its steps that run any of ``ops``."""
+    return [[step for step in c.profile if set(ops) & set(step.ops)]
+            for g in disc_torch.report().graphs for c in g.clusters if c.profile]
+
+
+def _rank(shape: str | None) -> int:
+    """The rank of a step's (first) shape, as the profile writes it: ``"[s0, 4, s1, 8]"``."""
+    return 0 if not shape else shape.split(" x ")[0].count(",") + 1
+
+
+def test_head_permutes_cost_no_pass_over_memory(monkeypatch):
+    """Q, K, V cross to the backward as their [B, S, H, D] views and the output as the
+    [B, S, H, D] permute the output projection reads (saved_views), and the fused ops
+    read and write heads through strides (seq_major): neither graph runs a transpose
+    over head tensors, and every gradient still matches eager."""
+    import disc_torch.backend as backend
+
+    moved = []
+    original = backend.save_permute_bases
+    monkeypatch.setattr(backend, "save_permute_bases",
+                        lambda fw, bw: moved.append(original(fw, bw)) or moved[-1])
+    _compare({"causal": True}, "none", torch.float32, [6, 11, 2, 150], profile=True)
+    assert moved and moved[0] == 4, moved  # Q, K, V and the output
+    fused = _steps("attention", "attention_grad")
+    assert [len(f) for f in fused] == [1, 1], fused  # forward, backward
+    for f in fused:  # Q, K, V read sequence-major: [B, S, 4 heads, 8]
+        assert re.fullmatch(r"\[\w+, \w+, 4, 8\] x \[\w+, \w+, 4, 8\]", f[0].shape), f[0]
+    moves = [[t for t in steps if t.kind == "kernel" and _rank(t.shape) == 4]
+             for steps in _steps("transpose")]
+    assert moves == [[], []], moves  # forward, backward
 
 
 def test_attention_gradients_in_float64_are_exact():

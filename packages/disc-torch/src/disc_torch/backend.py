@@ -41,6 +41,7 @@ from .precompile import (
     caching_graphs,
     forward_of,
 )
+from .saved_views import save_permute_bases
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -69,10 +70,13 @@ def _graph_compiler(config: DiscConfig, role: str, serializable: bool) -> Callab
 def partition_joint_graph(joint_module: torch.fx.GraphModule, joint_inputs: Any,
                           **kwargs: Any) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """torch's min-cut partitioner after DISC's own CSE of the joint graph
-    (:mod:`disc_torch.joint_cse`) in place of torch's, which imports most of Inductor."""
+    (:mod:`disc_torch.joint_cse`) in place of torch's, which imports most of Inductor;
+    saved permutes then cross as their bases (:mod:`disc_torch.saved_views`)."""
     cse_joint_graph(joint_module.graph)  # min-cut recompiles the module first thing
     with functorch_config.patch(cse=False):
-        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+        fw, bw = min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+    save_permute_bases(fw, bw)
+    return fw, bw
 
 
 def _dynamo_control_flow() -> tuple[type[BaseException], ...]:

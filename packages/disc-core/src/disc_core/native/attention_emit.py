@@ -1,8 +1,10 @@
 """The host C of the fused attention ops (``attention``, ``attention_grad``; see
 ``ops/attention.py``): one call of the blocked kernels in ``csrc/attention.c``.
 
-The kernels see every operand as [batch*heads, rows, cols] (operands are contiguous
-row-major buffers); the mask keeps its own shape, so the host turns it into strides, 0
+The kernels see every head tensor as [batch*heads, rows, cols]: a contiguous row-major
+buffer, or a sequence-major one (the op's ``seq_major``: [b..., rows, heads, cols], read
+and written through a row stride of heads*cols, see ``csrc/attention.c``); the mask keeps
+its own shape, so the host turns it into strides, 0
 along every dim where it broadcasts. A mask dim may be a symbol that is 1 on one call and
 the full size on another: the host checks it is one of the two and picks the stride per
 call."""
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from ..dtypes import DType
 from ..ir import Op, Value
 from ..opdef import LibraryCode
+from ..ops.attention import logical_operand_shapes
 from ..symbolic import product
 from .ccommon import Symbols, c_source, strides
 from .cexpr import ctype
@@ -42,6 +45,7 @@ def emit_attention(op: Op, ptr: Callable[[Value], str], syms: Symbols) -> Librar
     """The host lines running ``op`` (``attention`` or ``attention_grad``, told apart by
     their operand count's fixed part: 3 or 6 tensors before the optional mask)."""
     q, k, v = op.operands[:3]
+    qs, ks, vs = logical_operand_shapes(op)[:3]
     dt = q.dtype
     if dt not in _PARAMS:
         raise NativeUnsupported(f"{op.name} on {dt.short} (the kernels cover f32 and f64)")
@@ -50,17 +54,20 @@ def emit_attention(op: Op, ptr: Callable[[Value], str], syms: Symbols) -> Librar
     mask = op.operands[fixed] if len(op.operands) > fixed else None
     t = ctype(dt)
     nb = q.rank - 2
-    batch = q.shape[:nb]
+    batch = qs[:nb]
     c = syms.c
     sfx = _PARAMS[dt]["DISC_ATTN_SFX"]
+    # bit i: head tensor i (FWD_TENSORS / GRAD_TENSORS order) is sequence-major
+    seq_major = sum(1 << i for i in op.attrs["seq_major"])
+    heads = c(batch[-1]) if seq_major else "1"
     L = ["  {",
-         f"    const int64_t BH = {c(product(batch))}, Sq = {c(q.shape[-2])}, "
-         f"Sk = {c(k.shape[-2])}, D = {c(q.shape[-1])}, Dv = {c(v.shape[-1])};",
+         f"    const int64_t BH = {c(product(batch))}, Sq = {c(qs[-2])}, "
+         f"Sk = {c(ks[-2])}, D = {c(qs[-1])}, Dv = {c(vs[-1])}, H = {heads};",
          f"    int64_t bdims[{max(nb, 1)}] = {{{', '.join(c(d) for d in batch) or '1'}}};",
          f"    int64_t mbs[{max(nb, 1)}] = {{0}}; int64_t mrs = 0, mcs = 0;",
          "    (void)bdims; (void)mbs;"]
     if mask is not None:
-        target = (*batch, q.shape[-2], k.shape[-2])
+        target = (*batch, qs[-2], ks[-2])
         mstr = strides(mask.shape)
         names = [f"mbs[{d}]" for d in range(nb)] + ["mrs", "mcs"]
         for d, (have, want) in enumerate(zip(mask.shape, target, strict=True)):
@@ -83,7 +90,7 @@ def emit_attention(op: Op, ptr: Callable[[Value], str], syms: Symbols) -> Librar
     name = f"disc_attn_{'bwd' if grad else 'fwd'}_{sfx}"
     flags = [str(causal)] + ([] if grad else [str(int(op.attrs["empty_rows"] == "nan"))])
     call = ", ".join(["env", "BH", "Sq", "Sk", "D", "Dv", *args, mptr, str(nb), "bdims", "mbs",
-                      "mrs", "mcs", f"({t})({scale})", *flags, *outs])
+                      "mrs", "mcs", "H", str(seq_major), f"({t})({scale})", *flags, *outs])
     blas = "sgemm" if dt is DType.F32 else "dgemm"
     L += [f"    const int rc = {name}({call});",
           f"    if (rc == 1) DISC_FAIL(\"no BLAS {blas} was provided to this module\");",

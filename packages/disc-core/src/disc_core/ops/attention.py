@@ -12,6 +12,15 @@ query's dtype and rank that broadcasts to [b..., Sq, Sk] (each dim 1 or the full
 e.g. a padding mask [B, 1, 1, Sk] or a causal one [1, 1, Sq, Sk]). ``causal`` masks key
 ``j > i`` for query row ``i`` (top-left aligned when Sq != Sk, as torch's flash kernel).
 
+Layout: ``seq_major`` lists the head tensors (query, key, value, output and, for the
+gradient, grad_output and the three gradients; numbered in ``FWD_TENSORS`` /
+``GRAD_TENSORS``) held sequence-major, [b..., S, H, D] instead of [b..., H, S, D]: the
+last batch dim (the heads) after the sequence dim, as a [B, S, H*D] projection reshaped
+to heads is before its transpose. The op means the same computation on the transposed
+tensor; the kernels read and write such a tensor in place through its strides, so the
+transposes around attention (``passes/attention.py`` folds them) cost no pass over
+memory. The mask and the logsumexp keep the logical [b..., H, Sq, ...] order.
+
 Conventions (torch's CPU flash attention): a row whose scores are all -inf (fully masked,
 or Sk = 0) gives output 0 and logsumexp 0 (``empty_rows="nan"``: output NaN when Sk > 0,
 as the unfused softmax computes it). The logsumexp has the query's dtype.
@@ -29,12 +38,20 @@ import numpy as np
 
 from ..dtypes import DType
 from ..ir import Op, TensorType
-from ..opdef import BOOL, FLOAT, STR, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
+from ..opdef import BOOL, FLOAT, INTS, STR, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
 from ..shape_facts import Eq, Fact
 from ..symbolic import Expr
 
 #: dtypes of the fused ops (the native kernels multiply through BLAS sgemm / dgemm)
 ATTENTION_DTYPES = (DType.F32, DType.F64)
+
+#: the head tensors of ``attention`` and ``attention_grad`` in ``seq_major``'s numbering
+#: (operands first, then results)
+FWD_TENSORS = ("query", "key", "value", "output")
+GRAD_TENSORS = ("query", "key", "value", "output", "grad_output", "grad_query", "grad_key",
+                "grad_value")
+_SEQ_MAJOR_DOC = ("the head tensors held sequence-major, [b..., S, H, D] (numbered as in "
+                  "{}); the others are [b..., H, S, D]")
 
 _ATTRS: dict[str, Attr] = {
     "scale": Attr(FLOAT, 1.0, doc="factor applied to Q Kᵀ before the mask"),
@@ -47,7 +64,59 @@ _ATTRS: dict[str, Attr] = {
 _FWD_ATTRS = {**_ATTRS, "empty_rows": Attr(
     STR, "zero", choices=("zero", "nan"),
     doc="zero: output 0 (torch's flash kernel); nan: NaN, as an unfused softmax of an "
-        "all -inf row gives (what the pattern rewrite preserves)")}
+        "all -inf row gives (what the pattern rewrite preserves)"),
+    "seq_major": Attr(INTS, (), doc=_SEQ_MAJOR_DOC.format("FWD_TENSORS"))}
+_GRAD_ATTRS = {**_ATTRS, "seq_major": Attr(INTS, (), doc=_SEQ_MAJOR_DOC.format("GRAD_TENSORS"))}
+
+
+def swap_seq_heads(shape: tuple[Expr, ...]) -> tuple[Expr, ...]:
+    """[b..., X, Y, D] -> [b..., Y, X, D]: between the sequence-major and the logical
+    layout of a head tensor (its own inverse)."""
+    return (*shape[:-3], shape[-2], shape[-3], shape[-1])
+
+
+def logical_types(ctx: Ctx, seq_major: Iterable[int], n_operands: int,
+                  names: tuple[str, ...]) -> None:
+    """Check ``seq_major`` and replace the sequence-major operand types in ``ctx`` by
+    their logical ([b..., H, S, D]) types, so the shape rule reads one layout."""
+    seen = set()
+    for i in seq_major:
+        if not 0 <= i < len(names) or i in seen:
+            ctx.fail(f"seq_major {tuple(seq_major)}: each entry must be one of 0..."
+                     f"{len(names) - 1} ({', '.join(names)}), at most once")
+        seen.add(i)
+        if i < n_operands:
+            t = ctx.types[i]
+            if t.rank < 3:
+                ctx.fail(f"{ctx.operand_name(i)} is sequence-major but has rank {t.rank} "
+                         f"({t}); expected [batch..., S, H, D]")
+            ctx.types[i] = TensorType(t.dtype, swap_seq_heads(t.shape))
+
+
+def _physical(results: list[TensorType], seq_major: Iterable[int], n_operands: int
+              ) -> list[TensorType]:
+    out = list(results)
+    for i in seq_major:
+        j = i - n_operands
+        if 0 <= j < len(out):
+            out[j] = TensorType(out[j].dtype, swap_seq_heads(out[j].shape))
+    return out
+
+
+def logical_operand_shapes(op: Op) -> list[tuple[Expr, ...]]:
+    """The operands' shapes in the logical layout (sequence-major ones swapped back)."""
+    sm = set(op.attrs.get("seq_major", ()))
+    return [swap_seq_heads(v.shape) if i in sm else v.shape
+            for i, v in enumerate(op.operands)]
+
+
+def _swap_arrays(arrays: list[np.ndarray], seq_major: Iterable[int], offset: int
+                 ) -> list[np.ndarray]:
+    out = list(arrays)
+    for i in seq_major:
+        if 0 <= i - offset < len(out):
+            out[i - offset] = np.swapaxes(out[i - offset], -3, -2)
+    return out
 
 
 def _check_qkv(ctx: Ctx, q: int, k: int, v: int) -> tuple[tuple[Expr, ...], Expr, Expr,
@@ -85,8 +154,8 @@ def _check_mask(ctx: Ctx, m: int, target: tuple[Expr, ...], like: int) -> None:
                               f"[{', '.join(map(str, target))}]")
 
 
-def _qkv_facts(q: Op, offset: int = 0) -> Iterable[Fact]:
-    tq, tk, tv = (q.operands[offset + i].shape for i in range(3))
+def _qkv_facts(op: Op) -> Iterable[Fact]:
+    tq, tk, tv = logical_operand_shapes(op)[:3]
     pairs = [(tq[d], tk[d]) for d in range(len(tq) - 2)]
     pairs += [(tq[d], tv[d]) for d in range(len(tq) - 2)]
     pairs += [(tq[-1], tk[-1]), (tk[-2], tv[-2])]
@@ -136,11 +205,13 @@ class Attention(OpDef):
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
         if len(ctx.types) > 4:
             ctx.fail(f"expected at most one mask operand, got {len(ctx.types) - 3}")
+        logical_types(ctx, attrs["seq_major"], 3, FWD_TENSORS)
         batch, sq, sk, _, dv = _check_qkv(ctx, 0, 1, 2)
         if len(ctx.types) == 4:
             _check_mask(ctx, 3, (*batch, sq, sk), 0)
         dt = ctx.types[0].dtype
-        return [TensorType(dt, (*batch, sq, dv)), TensorType(dt, (*batch, sq))]
+        return _physical([TensorType(dt, (*batch, sq, dv)), TensorType(dt, (*batch, sq))],
+                         attrs["seq_major"], 3)
 
     @classmethod
     def facts(cls, op: Op) -> Iterable[Fact]:
@@ -149,7 +220,7 @@ class Attention(OpDef):
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> list[np.ndarray]:
-        q, k, v = inputs[:3]
+        q, k, v = _swap_arrays(inputs[:3], attrs["seq_major"], 0)
         mask = inputs[3] if len(inputs) > 3 else None
         s = reference_scores(q, k, mask, scale_of(attrs, q.shape[-1]), attrs["causal"])
         with np.errstate(all="ignore"):
@@ -163,7 +234,7 @@ class Attention(OpDef):
             if attrs["empty_rows"] == "nan" and s.shape[-1] > 0:
                 out = np.where(empty, np.nan, out)
             lse = np.where(empty, 0.0, np.log(np.where(empty, 1.0, total)) + shift)[..., 0]
-        return [out.astype(q.dtype), lse.astype(q.dtype)]
+        return _swap_arrays([out.astype(q.dtype), lse.astype(q.dtype)], attrs["seq_major"], 3)
 
     @classmethod
     def library_call(cls, op: Op, ptr: Any, syms: Any) -> LibraryCode:
@@ -181,7 +252,7 @@ class AttentionGrad(OpDef):
 
     name = "attention_grad"
     operands = ("query", "key", "value", "output", "grad_output", "logsumexp", "*mask")
-    attrs = _ATTRS
+    attrs = _GRAD_ATTRS
     traits = frozenset({"pure"})
     fusion = Fusion.LIBRARY
 
@@ -189,6 +260,7 @@ class AttentionGrad(OpDef):
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
         if len(ctx.types) > 7:
             ctx.fail(f"expected at most one mask operand, got {len(ctx.types) - 6}")
+        logical_types(ctx, attrs["seq_major"], 5, GRAD_TENSORS)
         batch, sq, sk, _, dv = _check_qkv(ctx, 0, 1, 2)
         for i, what in ((3, "output"), (4, "grad_output")):
             ctx.same_dtype(0, i)
@@ -203,15 +275,16 @@ class AttentionGrad(OpDef):
             ctx.unify(have, w, f"dim {d} of logsumexp ({ctx.types[5]})")
         if len(ctx.types) == 7:
             _check_mask(ctx, 6, (*batch, sq, sk), 0)
-        return [ctx.types[0], ctx.types[1], ctx.types[2]]
+        return _physical([ctx.types[0], ctx.types[1], ctx.types[2]], attrs["seq_major"], 5)
 
     @classmethod
     def facts(cls, op: Op) -> Iterable[Fact]:
         yield from _qkv_facts(op)
-        q, v = op.operands[0].shape, op.operands[2].shape
+        shapes = logical_operand_shapes(op)
+        q, v = shapes[0], shapes[2]
         want = (*q[:-1], v[-1])
         for i in (3, 4):
-            for a, b in zip(op.operands[i].shape, want, strict=True):
+            for a, b in zip(shapes[i], want, strict=True):
                 if a != b:
                     yield Eq(a, b)
         for a, b in zip(op.operands[5].shape, q[:-1], strict=True):
@@ -221,7 +294,8 @@ class AttentionGrad(OpDef):
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> list[np.ndarray]:
-        q, k, v, o, do, lse = inputs[:6]
+        q, k, v, o, do = _swap_arrays(inputs[:5], attrs["seq_major"], 0)
+        lse = inputs[5]
         mask = inputs[6] if len(inputs) > 6 else None
         scale = scale_of(attrs, q.shape[-1])
         s = reference_scores(q, k, mask, scale, attrs["causal"])
@@ -234,7 +308,8 @@ class AttentionGrad(OpDef):
         ds = p * (dp - row)
         dq = np.matmul(ds, _acc(k)) * scale
         dk = np.matmul(np.swapaxes(ds, -1, -2), _acc(q)) * scale
-        return [dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)]
+        return _swap_arrays([dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)],
+                            attrs["seq_major"], 5)
 
     @classmethod
     def library_call(cls, op: Op, ptr: Any, syms: Any) -> LibraryCode:

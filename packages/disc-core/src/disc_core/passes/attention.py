@@ -24,6 +24,15 @@ approximates where a whole row is masked. A row whose scores are all -inf stays 
 (``empty_rows="nan"``), as the unfused softmax computes it.
 
 ``DISC_FUSED_ATTENTION=0`` turns the pass off (for comparisons).
+
+``attention-layout`` (:class:`FoldAttentionLayout`) then folds the transposes around the
+fused ops into their ``seq_major`` layout: a head tensor that reaches attention as
+``transpose(x)`` swapping the sequence and head dims (the [B, S, H, D] -> [B, H, S, D] of
+a projection split into heads) is read from ``x`` in place, and a result whose every use
+is that transpose back is written in the [B, S, H, D] order its users want. What a
+transformer spends on materializing those permutes (three for Q, K, V, one for the
+output, four more in the backward) goes; the transposes stay where something else
+(a graph output: a tensor saved for the backward) still reads them.
 """
 
 from __future__ import annotations
@@ -35,14 +44,14 @@ import numpy as np
 
 from ..dtypes import DType
 from ..ir import Graph, Op, Value
-from ..opdef import Rewriter
+from ..opdef import Rewriter, get_op
 from ..ops.attention import ATTENTION_DTYPES
 from ..options import CORE_OPTIONS
 from ..symbolic import Expr
 from .base import Pass
 from .rewrite import rewrite_ops
 
-__all__ = ["FuseAttention"]
+__all__ = ["FoldAttentionLayout", "FuseAttention"]
 
 
 def _prod(v: Value, name: str) -> Op | None:
@@ -115,6 +124,74 @@ class FuseAttention(Pass):
             return _build(op, m, rw)
 
         return rewrite_ops(graph, rewrite)
+
+
+def _swaps_seq_heads(t: Op) -> bool:
+    """``t`` is a transpose exchanging the two dims before the last (and nothing else)."""
+    r = t.results[0].rank
+    return r >= 3 and list(t.attrs["permutation"]) == [*range(r - 3), r - 2, r - 3, r - 1]
+
+
+class FoldAttentionLayout(Pass):
+    """Fold head transposes into ``attention`` / ``attention_grad`` (``seq_major``)."""
+
+    name = "attention-layout"
+
+    def run(self, graph: Graph) -> bool:
+        users = graph.users()
+        outputs = {id(v) for v in graph.outputs}
+        replace: dict[int, Value] = {}
+        dropped: set[int] = set()
+        new_ops: list[Op] = []
+        for op in graph.ops:
+            if id(op) in dropped:
+                continue
+            op.operands = [replace.get(id(v), v) for v in op.operands]
+            new = self._fold(op, users, outputs, replace, dropped)
+            new_ops.append(new or op)
+        graph.ops = new_ops
+        graph.outputs = [replace.get(id(v), v) for v in graph.outputs]
+        return bool(replace)
+
+    @staticmethod
+    def _fold(op: Op, users: dict[Value, list[Op]], outputs: set[int],
+              replace: dict[int, Value], dropped: set[int]) -> Op | None:
+        """The op with what it can fold folded (recording the replaced values and the
+        transposes to drop), or None when nothing folds."""
+        if op.name not in ("attention", "attention_grad"):
+            return None
+        # head operands, then head results, in FWD_TENSORS / GRAD_TENSORS order
+        n_in, n_out = (3, 1) if op.name == "attention" else (5, 3)
+        before = set(op.attrs["seq_major"])
+        sm = set(before)
+        operands = list(op.operands)
+        for i in range(n_in):
+            t = operands[i].producer
+            if i not in sm and t is not None and t.name == "transpose" and _swaps_seq_heads(t):
+                operands[i] = t.operands[0]
+                sm.add(i)
+        folded: dict[int, list[Op]] = {}
+        for j in range(n_out):
+            r = op.results[j]
+            uses = users.get(r, [])
+            if (n_in + j not in sm and id(r) not in outputs and uses
+                    and all(u.name == "transpose" and _swaps_seq_heads(u) for u in uses)):
+                sm.add(n_in + j)
+                folded[j] = uses
+        if sm == before:
+            return None
+        new = get_op(op.name).build(operands, {**op.attrs, "seq_major": tuple(sorted(sm))})
+        if any(u.results[0].type != new.results[j].type
+               for j, uses in folded.items() for u in uses):
+            return None  # not expected (the swap is its own inverse): keep the op
+        for j, r in enumerate(op.results):
+            if j in folded:
+                for u in folded[j]:
+                    replace[id(u.results[0])] = new.results[j]
+                    dropped.add(id(u))
+            else:
+                replace[id(r)] = new.results[j]
+        return new
 
 
 def _dot_sides(op: Op) -> tuple[int, int, int] | None:

@@ -6,7 +6,7 @@ that also imported every pass to build a pipeline made the two import each other
 
 from __future__ import annotations
 
-from .attention import FuseAttention
+from .attention import FoldAttentionLayout, FuseAttention
 from .canonicalize import Canonicalize
 from .cse import CSE
 from .dce import DCE
@@ -21,6 +21,8 @@ __all__ = ["default_pipeline"]
 def default_pipeline(**kwargs: object) -> PassManager:
     """The ``optimize`` stage's passes, run to a fixpoint: shape propagation,
     canonicalization, reshape moving, constant folding, CSE, DCE, then attention fusion
-    (on the canonical form the others leave; its leftovers go in the next round)."""
+    (on the canonical form the others leave; its leftovers go in the next round) and the
+    folding of head transposes into the fused attention ops."""
     return PassManager([ShapePropagation(), Canonicalize(), MoveReshapes(), ConstantFold(),
-                        CSE(), DCE(), FuseAttention()], **kwargs)  # type: ignore[arg-type]
+                        CSE(), DCE(), FuseAttention(), FoldAttentionLayout()],
+                       **kwargs)  # type: ignore[arg-type]

@@ -17,6 +17,12 @@
    Conventions (torch's CPU flash attention): a row with no unmasked key gives output 0
    and logsumexp 0; causal masks key j > query row i (top-left aligned).
 
+   Layout: bit i of seqmaj marks head tensor i (Q, K, V, O, then for the backward dO, dQ,
+   dK, dV) sequence-major, [batch, rows, H, cols] rather than [batch*H, rows, cols]: the
+   kernels reach head bh at (bh / H) * rows * H * cols + (bh % H) * cols with a row stride
+   of H * cols, so a projection's [B, S, H*D] output is read and the output written
+   without a transpose (the BLAS calls take the row stride as their leading dimension).
+
    Parameters (macros):
      DISC_ATTN_T      the element type (float, double)
      DISC_ATTN_SFX    the function-name suffix (float, double)
@@ -31,10 +37,18 @@
 /* block sizes (query rows x keys), measured against torch's flash kernel on one thread
    (f32, head 64, S 128..1024): the forward gains from long key blocks (fewer rescales
    of the accumulator), the backward from square ones */
+#ifndef ATT_BQ
 #define ATT_BQ 64
+#endif
+#ifndef ATT_BK
 #define ATT_BK 512
+#endif
+#ifndef ATT_BWD_BQ
 #define ATT_BWD_BQ 128
+#endif
+#ifndef ATT_BWD_BK
 #define ATT_BWD_BK 128
+#endif
 #define ATT_CAT2(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT2(a, b)
 /* the offset of batch*head index bh in a mask whose batch dims have strides mbs (0 where
@@ -47,6 +61,15 @@ static inline int64_t disc_attn_mask_offset(int64_t bh, int64_t nb, const int64_
     bh /= bdims[d];
   }
   return off;
+}
+/* where head bh of a [BH, rows, cols] head tensor starts, and its row stride: contiguous,
+   or sequence-major with H heads (see Layout above) */
+static inline int64_t disc_attn_base(int64_t bh, int64_t H, int64_t rows, int64_t cols,
+                                     int seq_major) {
+  return seq_major ? (bh / H) * rows * H * cols + (bh % H) * cols : bh * rows * cols;
+}
+static inline int64_t disc_attn_ld(int64_t H, int64_t cols, int seq_major) {
+  return seq_major ? H * cols : cols;
 }
 #endif
 
@@ -79,14 +102,16 @@ static inline void ATT_GEMM(const disc_env *env, int ta, int tb, int64_t M, int6
 static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
     const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *Msk, int64_t nb,
-    const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, ATT_T scale,
-    int causal, int empty_nan, ATT_T *O, ATT_T *LSE) {
+    const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H,
+    int seqmaj, ATT_T scale, int causal, int empty_nan, ATT_T *O, ATT_T *LSE) {
   if (!env->DISC_ATTN_BLAS
 #if DISC_ATTN_ROWMAJOR
       && !env->sgemm_rowmajor
 #endif
      ) return 1;
   if (BH <= 0 || Sq <= 0) return 0;
+  const int64_t ldq = disc_attn_ld(H, D, seqmaj & 1), ldk = disc_attn_ld(H, D, seqmaj & 2);
+  const int64_t ldv = disc_attn_ld(H, Dv, seqmaj & 4), ldo = disc_attn_ld(H, Dv, seqmaj & 8);
   const int64_t nqb = (Sq + ATT_BQ - 1) / ATT_BQ, tasks = BH * nqb;
   const double work = (double)BH * Sq * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
   const int nt = work >= DISC_GEMM_PARALLEL_MIN && tasks > 1 ? omp_get_max_threads() : 1;
@@ -106,14 +131,16 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
       ATT_T *sum = mx + ATT_BQ;
       const int64_t bh = task / nqb, q0 = (task % nqb) * ATT_BQ;
       const int64_t qn = Sq - q0 < ATT_BQ ? Sq - q0 : ATT_BQ;
-      const ATT_T *Qb = Q + (bh * Sq + q0) * D, *Kb = K + bh * Sk * D, *Vb = V + bh * Sk * Dv;
+      const ATT_T *Qb = Q + disc_attn_base(bh, H, Sq, D, seqmaj & 1) + q0 * ldq;
+      const ATT_T *Kb = K + disc_attn_base(bh, H, Sk, D, seqmaj & 2);
+      const ATT_T *Vb = V + disc_attn_base(bh, H, Sk, Dv, seqmaj & 4);
       const ATT_T *Mb = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) + q0 * mrs : NULL;
       for (int64_t i = 0; i < qn; ++i) { mx[i] = -INFINITY; sum[i] = 0; }
       memset(acc, 0, sizeof(ATT_T) * (size_t)(qn * Dv));
       const int64_t kend = causal ? (q0 + qn < Sk ? q0 + qn : Sk) : Sk;
       for (int64_t k0 = 0; k0 < kend; k0 += ATT_BK) {
         const int64_t kn = kend - k0 < ATT_BK ? kend - k0 : ATT_BK;
-        ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qb, D, Kb + k0 * D, D, 0, S, ATT_BK);
+        ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qb, ldq, Kb + k0 * ldk, ldk, 0, S, ATT_BK);
         for (int64_t i = 0; i < qn; ++i) {
           ATT_T *s = S + i * ATT_BK;
           if (Mb) {
@@ -151,13 +178,14 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
             for (int64_t d = 0; d < Dv; ++d) a[d] *= alpha;
           }
         }
-        ATT_GEMM(env, 0, 0, qn, Dv, kn, 1, S, ATT_BK, Vb + k0 * Dv, Dv, 1, acc, Dv);
+        ATT_GEMM(env, 0, 0, qn, Dv, kn, 1, S, ATT_BK, Vb + k0 * ldv, ldv, 1, acc, Dv);
       }
-      ATT_T *Ob = O + (bh * Sq + q0) * Dv, *Lb = LSE + bh * Sq + q0;
+      ATT_T *Ob = O + disc_attn_base(bh, H, Sq, Dv, seqmaj & 8) + q0 * ldo;
+      ATT_T *Lb = LSE + bh * Sq + q0;
       for (int64_t i = 0; i < qn; ++i) {
         const ATT_T l = sum[i], inv = l > 0 ? 1 / l : empty_nan && Sk > 0 ? NAN : 0;
         const ATT_T *a = acc + i * Dv;
-        ATT_T *o = Ob + i * Dv;
+        ATT_T *o = Ob + i * ldo;
         #pragma omp simd
         for (int64_t d = 0; d < Dv; ++d) o[d] = a[d] * inv;
         Lb[i] = l > 0 ? mx[i] + DISC_ATTN_LOG(l) : 0;
@@ -173,14 +201,18 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
     const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *O, const ATT_T *dO,
     const ATT_T *LSE, const ATT_T *Msk, int64_t nb, const int64_t *bdims,
-    const int64_t *mbs, int64_t mrs, int64_t mcs, ATT_T scale, int causal, ATT_T *dQ,
-    ATT_T *dK, ATT_T *dV) {
+    const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H, int seqmaj, ATT_T scale,
+    int causal, ATT_T *dQ, ATT_T *dK, ATT_T *dV) {
   if (!env->DISC_ATTN_BLAS
 #if DISC_ATTN_ROWMAJOR
       && !env->sgemm_rowmajor
 #endif
      ) return 1;
   if (BH <= 0) return 0;
+  const int64_t ldq = disc_attn_ld(H, D, seqmaj & 1), ldk = disc_attn_ld(H, D, seqmaj & 2);
+  const int64_t ldv = disc_attn_ld(H, Dv, seqmaj & 4), ldo = disc_attn_ld(H, Dv, seqmaj & 8);
+  const int64_t ldg = disc_attn_ld(H, Dv, seqmaj & 16), lddq = disc_attn_ld(H, D, seqmaj & 32);
+  const int64_t lddk = disc_attn_ld(H, D, seqmaj & 64), lddv = disc_attn_ld(H, Dv, seqmaj & 128);
   const double work = (double)BH * (Sq > 0 ? Sq : 1) * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
   const int nt = work >= DISC_GEMM_PARALLEL_MIN && BH > 1 ? omp_get_max_threads() : 1;
   const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
@@ -196,16 +228,21 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
     for (int64_t bh = 0; bh < BH; ++bh) {
       if (!buf) continue;
       ATT_T *P = buf, *dP = buf + ATT_BWD_BQ * ATT_BWD_BK, *rowdot = dP + ATT_BWD_BQ * ATT_BWD_BK;
-      const ATT_T *Qh = Q + bh * Sq * D, *Kh = K + bh * Sk * D, *Vh = V + bh * Sk * Dv;
-      const ATT_T *Oh = O + bh * Sq * Dv, *dOh = dO + bh * Sq * Dv, *Lh = LSE + bh * Sq;
-      ATT_T *dQh = dQ + bh * Sq * D, *dKh = dK + bh * Sk * D, *dVh = dV + bh * Sk * Dv;
+      const ATT_T *Qh = Q + disc_attn_base(bh, H, Sq, D, seqmaj & 1);
+      const ATT_T *Kh = K + disc_attn_base(bh, H, Sk, D, seqmaj & 2);
+      const ATT_T *Vh = V + disc_attn_base(bh, H, Sk, Dv, seqmaj & 4);
+      const ATT_T *Oh = O + disc_attn_base(bh, H, Sq, Dv, seqmaj & 8);
+      const ATT_T *dOh = dO + disc_attn_base(bh, H, Sq, Dv, seqmaj & 16), *Lh = LSE + bh * Sq;
+      ATT_T *dQh = dQ + disc_attn_base(bh, H, Sq, D, seqmaj & 32);
+      ATT_T *dKh = dK + disc_attn_base(bh, H, Sk, D, seqmaj & 64);
+      ATT_T *dVh = dV + disc_attn_base(bh, H, Sk, Dv, seqmaj & 128);
       const ATT_T *Mh = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) : NULL;
-      memset(dQh, 0, sizeof(ATT_T) * (size_t)(Sq * D));
-      memset(dKh, 0, sizeof(ATT_T) * (size_t)(Sk * D));
-      memset(dVh, 0, sizeof(ATT_T) * (size_t)(Sk * Dv));
+      for (int64_t i = 0; i < Sq; ++i) memset(dQh + i * lddq, 0, sizeof(ATT_T) * (size_t)D);
+      for (int64_t j = 0; j < Sk; ++j) memset(dKh + j * lddk, 0, sizeof(ATT_T) * (size_t)D);
+      for (int64_t j = 0; j < Sk; ++j) memset(dVh + j * lddv, 0, sizeof(ATT_T) * (size_t)Dv);
       for (int64_t i = 0; i < Sq; ++i) {
         ATT_T r = 0;
-        const ATT_T *o = Oh + i * Dv, *g = dOh + i * Dv;
+        const ATT_T *o = Oh + i * ldo, *g = dOh + i * ldg;
         #pragma omp simd reduction(+:r)
         for (int64_t d = 0; d < Dv; ++d) r += o[d] * g[d];
         rowdot[i] = r;
@@ -216,8 +253,10 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
         const int64_t qstart = causal ? k0 / ATT_BWD_BQ * ATT_BWD_BQ : 0;
         for (int64_t q0 = qstart; q0 < Sq; q0 += ATT_BWD_BQ) {
           const int64_t qn = Sq - q0 < ATT_BWD_BQ ? Sq - q0 : ATT_BWD_BQ;
-          ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qh + q0 * D, D, Kh + k0 * D, D, 0, P, ATT_BWD_BK);
-          ATT_GEMM(env, 0, 1, qn, kn, Dv, 1, dOh + q0 * Dv, Dv, Vh + k0 * Dv, Dv, 0, dP, ATT_BWD_BK);
+          ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qh + q0 * ldq, ldq, Kh + k0 * ldk, ldk, 0, P,
+                   ATT_BWD_BK);
+          ATT_GEMM(env, 0, 1, qn, kn, Dv, 1, dOh + q0 * ldg, ldg, Vh + k0 * ldv, ldv, 0, dP,
+                   ATT_BWD_BK);
           for (int64_t i = 0; i < qn; ++i) {
             ATT_T *s = P + i * ATT_BWD_BK, *dp = dP + i * ATT_BWD_BK;
             if (Mh) {
@@ -240,9 +279,12 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
             for (int64_t j = jn > 0 ? jn : 0; j < kn; ++j) { s[j] = 0; dp[j] = 0; }
           }
           /* dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q */
-          ATT_GEMM(env, 1, 0, kn, Dv, qn, 1, P, ATT_BWD_BK, dOh + q0 * Dv, Dv, 1, dVh + k0 * Dv, Dv);
-          ATT_GEMM(env, 0, 0, qn, D, kn, scale, dP, ATT_BWD_BK, Kh + k0 * D, D, 1, dQh + q0 * D, D);
-          ATT_GEMM(env, 1, 0, kn, D, qn, scale, dP, ATT_BWD_BK, Qh + q0 * D, D, 1, dKh + k0 * D, D);
+          ATT_GEMM(env, 1, 0, kn, Dv, qn, 1, P, ATT_BWD_BK, dOh + q0 * ldg, ldg, 1,
+                   dVh + k0 * lddv, lddv);
+          ATT_GEMM(env, 0, 0, qn, D, kn, scale, dP, ATT_BWD_BK, Kh + k0 * ldk, ldk, 1,
+                   dQh + q0 * lddq, lddq);
+          ATT_GEMM(env, 1, 0, kn, D, qn, scale, dP, ATT_BWD_BK, Qh + q0 * ldq, ldq, 1,
+                   dKh + k0 * lddk, lddk);
         }
       }
     }
