@@ -48,6 +48,7 @@ class KernelEmitter:
         self.segment: int | None = None  # operand of the split concatenate being computed
         self.strided = False  # emitting the version for implicit broadcasts
         self.vec = False  # emitting the version for vector-multiple innermost extents
+        self.short = False  # emitting the version for short rows (fast_short)
         self.prototypes: list[str] = []  # declarations of the entries emit() wrote
 
     # names ----------------------------------------------------------------------------
@@ -74,6 +75,7 @@ class KernelEmitter:
         for variant in variants:
             self.strided = variant == "strided"
             self.vec = variant == "fast_vec"
+            self.short = variant == "fast_short"
             fn = self.fn_name(variant)
             if variant == "fast_rows":
                 out.append(self.row_split_kernel(fn, decls, names))
@@ -366,7 +368,7 @@ class KernelEmitter:
 
     def _value(self, vid: int) -> Value:
         for op in self.k.ops:
-            for r in op.results:
+            for r in (*op.results, *op.operands):  # operands: a row buffer of an input
                 if id(r) == vid:
                     return r
         raise KeyError(vid)
@@ -383,10 +385,39 @@ class KernelEmitter:
         for red in reductions:
             v = red.operands[0]
             fused = v.producer is not None and id(v.producer) in members
+            if id(v) in out:
+                continue
             if (red.opdef.reduction_kind(red) is not None and fused and users[id(v)] > 1
                     and not v.producer.opdef.view):
                 out[id(v)] = f"rowbuf{len(out)}"
+            elif self.row_helper(red) is not None and self.contiguous_row(red) is None:
+                out[id(v)] = f"rowbuf{len(out)}"  # computed, then reduced by the helper
         return out
+
+    def row_helper(self, red: Op) -> str | None:
+        """The prelude function (``disc_row_sum_f32`` ...) that reduces this kernel's rows
+        for ``red``, or None where the reduction stays in its ``omp simd`` loop: kinds other
+        than sum/max/min, dtypes other than f32/f64, the short-row version and static rows
+        under 32 elements (a loop of a vector or two gains nothing from four
+        accumulators)."""
+        kind = red.opdef.reduction_kind(red)
+        dt = red.results[0].dtype
+        t = ctype(dt)
+        if (kind not in ("sum", "max", "min") or t not in ("float", "double")
+                or ctype(red.operands[0].dtype) != t or self.short or self.k.kind != "row"):
+            return None
+        inner = self.k.space[-1]
+        if inner.is_const and inner.value < 32:
+            return None
+        return f"disc_row_{kind}_{'f32' if t == 'float' else 'f64'}"
+
+    def contiguous_row(self, red: Op) -> str | None:
+        """Pointer to the start of the current row when ``red`` reads its operand straight
+        from an input laid out as the kernel's space (``in0[r*C + c]``), else None."""
+        if (red, 0) not in self.k.reads or scalar_constant(red.operands[0]) is not None:
+            return None
+        m = re.fullmatch(r"(\w+)\[r\*C \+ c\]", self.read(red, 0))
+        return f"({m.group(1)} + r*C)" if m else None
 
     def row_walk(self) -> tuple[list[str], list[str]]:
         """Lines before the row loop and lines ending each row that keep the row's per-dim
@@ -503,9 +534,16 @@ class KernelEmitter:
         out: list[str] = []
         pragmas: list[str] = []
         accs = []
+        # reductions done by a prelude helper over the row in memory (an input row, or a
+        # row buffer the loop below fills): (reduction, helper, row pointer)
+        helped: list[tuple[Op, str, str | None]] = []
         for red in reds:
             kind = red.opdef.reduction_kind(red)
             dt = red.results[0].dtype
+            helper = self.row_helper(red)
+            if helper is not None:
+                helped.append((red, helper, self.contiguous_row(red)))
+                continue
             self.counter += 1
             acc = f"acc{self.counter}"
             out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
@@ -523,11 +561,23 @@ class KernelEmitter:
             if split_nan:
                 pragmas.append(f"reduction(|:{acc}_nan)")
             accs.append((red, kind, dt, acc, split_nan))
-        out.append(" ".join(["#pragma omp simd", *pragmas]))
-        out.append("for (int64_t c = 0; c < C; ++c) {")
+        fill = [red for red, _, ptr in helped
+                if ptr is None and id(red.operands[0]) not in self.cached]
+        loop = bool(accs or fill)
+        if loop:
+            out.append(" ".join(["#pragma omp simd", *pragmas]))
+            out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
         self.scope = set()
         stored: set[int] = set()
+        for red in fill:
+            operand = id(red.operands[0])
+            if operand in stored:
+                continue
+            body, x = self.operand_cone(red, 0, done)
+            out += ["  " + s for s in body]
+            out.append(f"  {self.rowbuf[operand]}[c] = {x};")
+            stored.add(operand)
         for red, kind, dt, acc, split_nan in accs:
             body, x = self.operand_cone(red, 0, done)
             out += ["  " + s for s in body]
@@ -542,10 +592,22 @@ class KernelEmitter:
                            f"{acc}; {acc}_nan |= t != t; }}")
             else:
                 out.append("  " + combine(kind, dt, acc, x))
-        out.append("}")
+        if loop:
+            out.append("}")
         self.cached |= stored
         self.var = saved
         self.scope = set()
+        for red, helper, ptr in helped:
+            dt = red.results[0].dtype
+            kind = red.opdef.reduction_kind(red)
+            args = [ptr or self.rowbuf[id(red.operands[0])], "C"]
+            if kind != "sum":
+                args.append(identity(kind, dt))
+            self.counter += 1
+            name = f"r{self.counter}"
+            out.append(f"const {ctype(dt)} {name} = {helper}({', '.join(args)});")
+            self.var[id(red.results[0])] = name
+            done.add(id(red.results[0]))
         for red, _, dt, acc, split_nan in accs:
             if split_nan:
                 out.append(f"if ({acc}_nan) {acc} = NAN;")
