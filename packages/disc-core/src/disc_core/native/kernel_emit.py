@@ -398,8 +398,8 @@ class KernelEmitter:
         """The prelude function (``disc_row_sum_f32`` ...) that reduces this kernel's rows
         for ``red``, or None where the reduction stays in its ``omp simd`` loop: kinds other
         than sum/max/min, dtypes other than f32/f64, the short-row version and static rows
-        under 32 elements (a loop of a vector or two gains nothing from four
-        accumulators)."""
+        under ``ROW_HELPER_MIN`` elements (a loop of a few vectors gains nothing from
+        four accumulators)."""
         kind = red.opdef.reduction_kind(red)
         dt = red.results[0].dtype
         t = ctype(dt)
@@ -407,7 +407,7 @@ class KernelEmitter:
                 or ctype(red.operands[0].dtype) != t or self.short or self.k.kind != "row"):
             return None
         inner = self.k.space[-1]
-        if inner.is_const and inner.value < 32:
+        if inner.is_const and inner.value < ROW_HELPER_MIN:
             return None
         return f"disc_row_{kind}_{'f32' if t == 'float' else 'f64'}"
 
@@ -527,26 +527,88 @@ class KernelEmitter:
         return False
 
     def reduction_phase(self, reds: list[Op], done: set[int]) -> list[str]:
-        """One loop over the row computing the reductions ``reds`` (independent of each
-        other), keeping row-buffered operands for later phases."""
+        """The reductions ``reds`` (independent of each other) over the row, keeping
+        row-buffered operands for later phases.
+
+        Sums, maxima and minima of f32/f64 rows of at least ``ROW_HELPER_MIN`` elements go
+        through the prelude's multi-accumulator helpers (``row_helper``), over the input
+        row or a row buffer one loop fills; the others share one ``omp simd`` reduction
+        loop. A symbolic row length chooses at run time: short rows keep the loop, whose
+        single accumulator costs nothing there, while the helpers' fixed work (combining
+        four accumulators, the lane tree) would be most of theirs."""
         if reds[0].opdef.arg_compare is not None:
             return self.arg_phase(reds[0], done)
+        helped = [red for red in reds if self.row_helper(red) is not None]
+        results = {id(red.results[0]): red for red in reds}
+        names: dict[int, str] = {}
+        out: list[str] = []
+        if not helped:
+            out += self.simd_reductions(reds, done, names)
+        elif not self.k.space[-1].is_const:  # both, chosen by the row length
+            for red in reds:
+                dt = red.results[0].dtype
+                self.counter += 1
+                names[id(red)] = f"acc{self.counter}"
+                out.append(f"{ctype(dt)} {names[id(red)]};")
+            cached = set(self.cached)
+            out.append(f"if (C >= {ROW_HELPER_MIN}) {{")
+            out += ["  " + s for s in self.helper_reductions(reds, helped, done, names)]
+            helper_cached, self.cached = self.cached, cached
+            out.append("} else {")
+            out += ["  " + s for s in self.simd_reductions(reds, done, names)]
+            out.append("}")
+            assert self.cached == helper_cached  # both branches fill the same row buffers
+        else:
+            out += self.helper_reductions(reds, helped, done, names)
+        for vid, red in results.items():
+            self.counter += 1
+            name = f"r{self.counter}"
+            out.append(f"const {ctype(red.results[0].dtype)} {name} = {names[id(red)]};")
+            self.var[vid] = name
+            done.add(vid)
+        return out
+
+    def helper_reductions(self, reds: list[Op], helped: list[Op], done: set[int],
+                          names: dict[int, str]) -> list[str]:
+        """``helped`` through the prelude helpers, the rest of ``reds`` in one loop that
+        also fills the row buffers the helpers read."""
+        rest = [red for red in reds if red not in helped]
+        fill = [red for red in helped
+                if self.contiguous_row(red) is None and id(red.operands[0]) not in self.cached]
+        out = self.simd_reductions(rest, done, names, fill=fill)
+        for red in helped:
+            dt = red.results[0].dtype
+            kind = red.opdef.reduction_kind(red)
+            args = [self.contiguous_row(red) or self.rowbuf[id(red.operands[0])], "C"]
+            if kind != "sum":
+                args.append(identity(kind, dt))
+            call = f"{self.row_helper(red)}({', '.join(args)})"
+            if id(red) in names:
+                out.append(f"{names[id(red)]} = {call};")
+            else:
+                self.counter += 1
+                names[id(red)] = f"acc{self.counter}"
+                out.append(f"const {ctype(dt)} {names[id(red)]} = {call};")
+        return out
+
+    def simd_reductions(self, reds: list[Op], done: set[int], names: dict[int, str],
+                        fill: list[Op] = ()) -> list[str]:
+        """One ``omp simd`` loop over the row reducing ``reds`` into accumulators (named
+        in ``names``; declared here unless already), storing row-buffered operands, and
+        the operands of ``fill`` into their row buffers."""
         out: list[str] = []
         pragmas: list[str] = []
         accs = []
-        # reductions done by a prelude helper over the row in memory (an input row, or a
-        # row buffer the loop below fills): (reduction, helper, row pointer)
-        helped: list[tuple[Op, str, str | None]] = []
         for red in reds:
             kind = red.opdef.reduction_kind(red)
             dt = red.results[0].dtype
-            helper = self.row_helper(red)
-            if helper is not None:
-                helped.append((red, helper, self.contiguous_row(red)))
-                continue
-            self.counter += 1
-            acc = f"acc{self.counter}"
-            out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
+            if id(red) in names:
+                acc = names[id(red)]
+                out.append(f"{acc} = {identity(kind, dt)};")
+            else:
+                self.counter += 1
+                acc = names[id(red)] = f"acc{self.counter}"
+                out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
             # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN"
             # flag instead of a NaN-aware select, which the compiler cannot turn into a
             # vector max
@@ -561,12 +623,10 @@ class KernelEmitter:
             if split_nan:
                 pragmas.append(f"reduction(|:{acc}_nan)")
             accs.append((red, kind, dt, acc, split_nan))
-        fill = [red for red, _, ptr in helped
-                if ptr is None and id(red.operands[0]) not in self.cached]
-        loop = bool(accs or fill)
-        if loop:
-            out.append(" ".join(["#pragma omp simd", *pragmas]))
-            out.append("for (int64_t c = 0; c < C; ++c) {")
+        if not accs and not fill:
+            return out
+        out.append(" ".join(["#pragma omp simd", *pragmas]))
+        out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
         self.scope = set()
         stored: set[int] = set()
@@ -592,30 +652,13 @@ class KernelEmitter:
                            f"{acc}; {acc}_nan |= t != t; }}")
             else:
                 out.append("  " + combine(kind, dt, acc, x))
-        if loop:
-            out.append("}")
+        out.append("}")
         self.cached |= stored
         self.var = saved
         self.scope = set()
-        for red, helper, ptr in helped:
-            dt = red.results[0].dtype
-            kind = red.opdef.reduction_kind(red)
-            args = [ptr or self.rowbuf[id(red.operands[0])], "C"]
-            if kind != "sum":
-                args.append(identity(kind, dt))
-            self.counter += 1
-            name = f"r{self.counter}"
-            out.append(f"const {ctype(dt)} {name} = {helper}({', '.join(args)});")
-            self.var[id(red.results[0])] = name
-            done.add(id(red.results[0]))
-        for red, _, dt, acc, split_nan in accs:
+        for _, _, _, acc, split_nan in accs:
             if split_nan:
                 out.append(f"if ({acc}_nan) {acc} = NAN;")
-            self.counter += 1
-            name = f"r{self.counter}"
-            out.append(f"const {ctype(dt)} {name} = {acc};")
-            self.var[id(red.results[0])] = name
-            done.add(id(red.results[0]))
         return out
 
     def arg_phase(self, red: Op, done: set[int]) -> list[str]:
@@ -837,6 +880,12 @@ def vector_speculation(k: Kernel) -> bool:
     boundaries, which need not be multiples); not tiled transposes, which have no row loop."""
     return (k.kind in ("row", "loop") and k.rank >= 1 and k.split_concat is None
             and not k.space[-1].is_const and transposed_innermost(k) is None)
+
+
+#: rows at least this long reduce through the prelude's helpers (four accumulators of up
+#: to 16 lanes); shorter ones keep the one-accumulator 'omp simd' loop, faster there
+#: (masked attention scores on rows of 34: 25 us against 34 us with the helpers)
+ROW_HELPER_MIN = 64
 
 
 #: side of the square tiles of a transpose that moves the innermost dim (16 floats: one
