@@ -88,6 +88,8 @@ def test_softmax_and_layernorm_rows_take_the_helpers() -> None:
     sm = sources(catalog.softmax(3))
     assert "disc_row_max_f32((in0 + r*C), C, -INFINITY)" in sm
     assert "disc_row_sum_f32(rowbuf0, C)" in sm
+    for text in (ln, sm):  # the input rows two ahead are prefetched
+        assert "if (r + 2 < hi) disc_prefetch_row(in0 + (r + 2)*C, C);" in text
 
 
 def test_short_static_rows_and_other_kinds_keep_the_simd_loop() -> None:

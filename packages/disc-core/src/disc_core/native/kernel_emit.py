@@ -309,7 +309,20 @@ class KernelEmitter:
         lines.append("  }")
         for name in self.rowbuf.values():
             lines.append(f"  if ({name}_bytes > DISC_STACK_ROWBUF) free({name});")
+        if reductions and not self.short:
+            head = lines.index("  for (int64_t r = lo; r < hi; ++r) {") + 1
+            lines[head:head] = self.prefetch_rows("\n".join(lines[head:]))
         return "\n".join(lines) + "\n", self.dim(rows)
+
+    def prefetch_rows(self, body: str) -> list[str]:
+        """Lines at the top of a row kernel's row loop that prefetch, two rows ahead, the
+        rows of the inputs read in the kernel's own layout. A row kernel's first pass over
+        a row is a reduction whose loads start the row; without this, each row's first
+        loads wait on the last-level cache or memory before the hardware prefetcher,
+        which does not cross the row boundary in time, catches up."""
+        names = sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
+        return [f"    if (r + {PREFETCH_ROWS} < hi) disc_prefetch_row({name} + "
+                f"(r + {PREFETCH_ROWS})*C, C);" for name in names]
 
     def tiled_transpose_body(self, v: Value, m: tuple[int, ...]) -> tuple[str, str]:
         """A transpose that moves the innermost dim, in TRANSPOSE_TILE-square tiles.
@@ -886,6 +899,8 @@ def vector_speculation(k: Kernel) -> bool:
 #: to 16 lanes); shorter ones keep the one-accumulator 'omp simd' loop, faster there
 #: (masked attention scores on rows of 34: 25 us against 34 us with the helpers)
 ROW_HELPER_MIN = 64
+#: how many rows ahead a row kernel with reductions prefetches its input rows
+PREFETCH_ROWS = 2
 
 
 #: side of the square tiles of a transpose that moves the innermost dim (16 floats: one

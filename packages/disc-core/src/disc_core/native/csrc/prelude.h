@@ -178,6 +178,15 @@ static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init)
 DISC_ROW_REDUCE(float, int32_t, 16, f32)
 DISC_ROW_REDUCE(double, int64_t, 8, f64)
 
+/* prefetch the n elements of a row (any element type, element size at most 8 bytes:
+   one touch per 64 bytes) into the cache, for reading */
+#define disc_prefetch_row(p, n) do {                                                      \
+  const char *disc_pf_ = (const char *)(p);                                               \
+  const int64_t disc_pf_bytes_ = (int64_t)(n) * (int64_t)sizeof(*(p));                    \
+  for (int64_t disc_pf_i_ = 0; disc_pf_i_ < disc_pf_bytes_; disc_pf_i_ += 64)             \
+    __builtin_prefetch(disc_pf_ + disc_pf_i_, 0, 3);                                      \
+  } while (0)
+
 /* ILP64 Fortran-interface GEMM (disc_env.sgemm / dgemm): every argument by pointer,
    column-major; the two trailing lengths are the hidden Fortran string lengths of the
    transpose flags (C implementations ignore them). */
