@@ -98,6 +98,9 @@ static inline float disc_erff(float x) {
   return a >= 0.921875f ? tail : fmaf(x, p, x);
 }
 
+/* STEP (on vectors a and b) with b = a's lanes moved down by half, a quarter, ... of the
+   vector, each time: lane 0 of a ends up combining every lane, in log2(lanes) full-width
+   steps (whole-vector shuffles, no lane-by-lane extraction) */
 /* Sum, max and min of a contiguous float/double row (a row kernel's reduction whose operand
    is an input row or was stored in a row buffer). Four vector accumulators and a pairwise
    combination of the lanes: the 'omp simd reduction' loop this replaces kept one vector
@@ -105,27 +108,31 @@ static inline float disc_erff(float x) {
    the other, which made LayerNorm's two statistics about two thirds of its time on
    cache-resident rows. max/min: NaN if any element is NaN (a separate flag, as the loop
    form does), else the plain max/min; an empty row gives the reduction's identity. */
-/* STEP (on vectors a and b) with b = a's lanes moved down by half, a quarter, ... of the
-   vector, each time: lane 0 of a ends up combining every lane, in log2(lanes) full-width
-   steps (whole-vector shuffles, no lane-by-lane extraction) */
+/* a whole-vector permutation of a (disc_vec_f32 / _f64) by constant lane indices: gcc's
+   __builtin_shuffle (any gcc version DISC builds with), clang's __builtin_shufflevector */
+#ifdef __clang__
+#define DISC_SHUFFLE(NAME, a, ...) __builtin_shufflevector(a, a, __VA_ARGS__)
+#else
+#define DISC_SHUFFLE(NAME, a, ...) __builtin_shuffle(a, (disc_vmask_##NAME){__VA_ARGS__})
+#endif
 #define DISC_LANE_TREE_f32(a, STEP) do {                                                  \
-  { disc_vec_f32 b = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15,          \
-                                             0, 1, 2, 3, 4, 5, 6, 7); STEP; }             \
-  { disc_vec_f32 b = __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3,                \
-                                             12, 13, 14, 15, 8, 9, 10, 11); STEP; }       \
-  { disc_vec_f32 b = __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5,                \
-                                             10, 11, 8, 9, 14, 15, 12, 13); STEP; }       \
-  { disc_vec_f32 b = __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6,                \
-                                             9, 8, 11, 10, 13, 12, 15, 14); STEP; }       \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 8, 9, 10, 11, 12, 13, 14, 15,                   \
+                                  0, 1, 2, 3, 4, 5, 6, 7); STEP; }                        \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 4, 5, 6, 7, 0, 1, 2, 3,                         \
+                                  12, 13, 14, 15, 8, 9, 10, 11); STEP; }                  \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 2, 3, 0, 1, 6, 7, 4, 5,                         \
+                                  10, 11, 8, 9, 14, 15, 12, 13); STEP; }                  \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 1, 0, 3, 2, 5, 4, 7, 6,                         \
+                                  9, 8, 11, 10, 13, 12, 15, 14); STEP; }                  \
   } while (0)
 #define DISC_LANE_TREE_f64(a, STEP) do {                                                  \
-  { disc_vec_f64 b = __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3); STEP; }       \
-  { disc_vec_f64 b = __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5); STEP; }       \
-  { disc_vec_f64 b = __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6); STEP; }       \
+  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 4, 5, 6, 7, 0, 1, 2, 3); STEP; }                \
+  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 2, 3, 0, 1, 6, 7, 4, 5); STEP; }                \
+  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 1, 0, 3, 2, 5, 4, 7, 6); STEP; }                \
   } while (0)
-#define DISC_ROW_REDUCE(T, I, N, NAME)                                                     \
-typedef T disc_vec_##NAME __attribute__((vector_size(64), aligned(sizeof(T))));          \
-typedef I disc_vmask_##NAME __attribute__((vector_size(64)));                            \
+#define DISC_ROW_REDUCE(T, I, N, NAME)                                                    \
+typedef T disc_vec_##NAME __attribute__((vector_size(64), aligned(sizeof(T))));           \
+typedef I disc_vmask_##NAME __attribute__((vector_size(64)));                             \
 static inline T disc_lanes_##NAME(disc_vec_##NAME *v) {                                   \
   disc_vec_##NAME a = *v;                                                                 \
   DISC_LANE_TREE_##NAME(a, a += b);                                                       \
@@ -159,17 +166,17 @@ static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init)
   disc_vmask_##NAME nan = {0};                                                            \
   int64_t i = 0;                                                                          \
   for (; i + 4 * N <= n; i += 4 * N) {                                                    \
-    disc_##KIND##_step_##NAME(&a0, (const disc_vec_##NAME *)(p + i), &nan);          \
-    disc_##KIND##_step_##NAME(&a1, (const disc_vec_##NAME *)(p + i + N), &nan);      \
-    disc_##KIND##_step_##NAME(&a2, (const disc_vec_##NAME *)(p + i + 2 * N), &nan);  \
-    disc_##KIND##_step_##NAME(&a3, (const disc_vec_##NAME *)(p + i + 3 * N), &nan); }\
+    disc_##KIND##_step_##NAME(&a0, (const disc_vec_##NAME *)(p + i), &nan);               \
+    disc_##KIND##_step_##NAME(&a1, (const disc_vec_##NAME *)(p + i + N), &nan);           \
+    disc_##KIND##_step_##NAME(&a2, (const disc_vec_##NAME *)(p + i + 2 * N), &nan);       \
+    disc_##KIND##_step_##NAME(&a3, (const disc_vec_##NAME *)(p + i + 3 * N), &nan); }     \
   for (; i + N <= n; i += N)                                                              \
-    disc_##KIND##_step_##NAME(&a0, (const disc_vec_##NAME *)(p + i), &nan);          \
-  disc_##KIND##_step_##NAME(&a0, &a1, &nan);                                           \
-  disc_##KIND##_step_##NAME(&a2, &a3, &nan);                                           \
-  disc_##KIND##_step_##NAME(&a0, &a2, &nan);                                           \
+    disc_##KIND##_step_##NAME(&a0, (const disc_vec_##NAME *)(p + i), &nan);               \
+  disc_##KIND##_step_##NAME(&a0, &a1, &nan);                                              \
+  disc_##KIND##_step_##NAME(&a2, &a3, &nan);                                              \
+  disc_##KIND##_step_##NAME(&a0, &a2, &nan);                                              \
   /* the lanes pairwise, as the sums do (NaN lanes never won: the flag says) */           \
-  DISC_LANE_TREE_##NAME(a0, disc_##KIND##_step_##NAME(&a0, &b, &nan));                   \
+  DISC_LANE_TREE_##NAME(a0, disc_##KIND##_step_##NAME(&a0, &b, &nan));                    \
   int64_t any = 0;                                                                        \
   for (int j = 0; j < N; ++j) any |= nan[j];                                              \
   T t = a0[0];                                                                            \
