@@ -84,7 +84,10 @@ def test_softmax_and_layernorm_rows_take_the_helpers() -> None:
     its sum (over the exp row buffer the normalisation reuses)."""
     ln = sources(catalog.layernorm(hidden=768))
     assert len(re.findall(r"disc_row_sum_f32\(", ln)) >= 2, ln
-    assert "reduction(+:" not in ln.split("kernel0_fast_part", 1)[1].split("DISC_ENTRY")[0]
+    # the buffer of (x - mean)^2 only the helper reads: on the stack or absent, never
+    # malloc'ed; without it (rows over DISC_STACK_ROWBUF) the simd loop sums
+    assert "__builtin_alloca(rowbuf0_bytes) : NULL)" in ln
+    assert "if (C >= 64 && rowbuf0) {" in ln
     sm = sources(catalog.softmax(3))
     assert "disc_row_max_f32((in0 + r*C), C, -INFINITY)" in sm
     assert "disc_row_sum_f32(rowbuf0, C)" in sm
@@ -148,3 +151,17 @@ def _softmax64():
     s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=[1]), shape=[R, H],
                            broadcast_dimensions=[0])
     return b.build(b.div(e, s))
+
+
+@pytest.mark.parametrize("n", [8191, 8192, 8193, 20000])
+def test_rows_longer_than_a_stack_row_buffer(compiler, n) -> None:
+    """Rows whose helper-only buffer would not fit on the stack (DISC_STACK_ROWBUF, 32 KiB)
+    reduce in the simd loop instead (no buffer); rows that fit use the helper. Both agree
+    with the interpreter: LayerNorm and RMSNorm (computed operands), softmax (a buffer the
+    normalisation reuses, malloc'ed when long)."""
+    x = (RNG.standard_normal((1, 3, n)) * 2 + 1).astype(np.float32)
+    g, bt = (RNG.standard_normal(n).astype(np.float32) for _ in range(2))
+    run_checked(compiler, catalog.layernorm(), [x, g, bt], rtol=1e-4, atol=1e-4)
+    run_checked(compiler, catalog.rmsnorm(), [x[0], g], rtol=1e-4, atol=1e-4)
+    run_checked(compiler, catalog.softmax(2), [x[0] * 4], rtol=1e-4, atol=1e-7)
+    run_checked(compiler, three_reductions("f32"), [x[0]], rtol=1e-5, atol=1e-2)

@@ -258,15 +258,19 @@ class KernelEmitter:
         rows = product(k.space[:-1]) if n else Expr.const(1)
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
+        self.helper_bufs: set[int] = set()
         self.rowbuf = self._row_buffers(reductions)
         lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             # on the stack when small: a malloc/free pair per block is a good part of a
-            # call on one short row (the per-call overhead budget)
+            # call on one short row (the per-call overhead budget). A buffer only a row
+            # helper reads is never malloc'ed: longer rows (NULL) keep the simd loop,
+            # which needs none (a malloc of a long row per block would page-fault)
+            big = "NULL" if vid in self.helper_bufs else f"malloc({name}_bytes)"
             lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
-                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+                      f"__builtin_alloca({name}_bytes) : {big});"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
@@ -405,6 +409,7 @@ class KernelEmitter:
                 out[id(v)] = f"rowbuf{len(out)}"
             elif self.row_helper(red) is not None and self.contiguous_row(red) is None:
                 out[id(v)] = f"rowbuf{len(out)}"  # computed, then reduced by the helper
+                self.helper_bufs.add(id(v))
         return out
 
     def row_helper(self, red: Op) -> str | None:
@@ -555,16 +560,20 @@ class KernelEmitter:
         results = {id(red.results[0]): red for red in reds}
         names: dict[int, str] = {}
         out: list[str] = []
+        # helper-only row buffers this phase fills: absent (NULL) for long rows
+        bufs = sorted({self.rowbuf[id(red.operands[0])] for red in helped
+                       if id(red.operands[0]) in self.helper_bufs
+                       and id(red.operands[0]) not in self.cached})
         if not helped:
             out += self.simd_reductions(reds, done, names)
-        elif not self.k.space[-1].is_const:  # both, chosen by the row length
+        elif not self.k.space[-1].is_const or bufs:  # both, chosen at run time
             for red in reds:
                 dt = red.results[0].dtype
                 self.counter += 1
                 names[id(red)] = f"acc{self.counter}"
                 out.append(f"{ctype(dt)} {names[id(red)]};")
             cached = set(self.cached)
-            out.append(f"if (C >= {ROW_HELPER_MIN}) {{")
+            out.append(f"if ({' && '.join([f'C >= {ROW_HELPER_MIN}', *bufs])}) {{")
             out += ["  " + s for s in self.helper_reductions(reds, helped, done, names)]
             helper_cached, self.cached = self.cached, cached
             out.append("} else {")
@@ -651,12 +660,15 @@ class KernelEmitter:
             out += ["  " + s for s in body]
             out.append(f"  {self.rowbuf[operand]}[c] = {x};")
             stored.add(operand)
+        # a helper-only buffer may be absent (long rows): later phases recompute
+        stored -= self.helper_bufs
         for red, kind, dt, acc, split_nan in accs:
             body, x = self.operand_cone(red, 0, done)
             out += ["  " + s for s in body]
             operand = id(red.operands[0])
             buf = self.rowbuf.get(operand)
-            if buf is not None and operand not in self.cached and operand not in stored:
+            if (buf is not None and operand not in self.cached and operand not in stored
+                    and operand not in self.helper_bufs):
                 out.append(f"  {buf}[c] = {x};")
                 stored.add(operand)
             if split_nan:
