@@ -87,7 +87,7 @@ class KernelEmitter:
                 out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
                 continue
             call = ", ".join(names + ["S"])
-            out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
+            out.append(f"{attr}DISC_PART static void {fn}_part({', '.join(decls)}, "
                        f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
             out.append(
                 f"{entry_signature(fn, decls)} {{\n  const int64_t extent = {extent};\n"
@@ -147,8 +147,8 @@ class KernelEmitter:
         body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
         serial = ", ".join(names + [f"out{j}" for j, _, _ in parts] + ["S"])
-        lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
-                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+        lines = [f"{attr}DISC_PART static void {fn}_part({', '.join(pdecls)}, "
+                 f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  f"  const int64_t extent = {extent}, C = {cols};",
                  # one block: the partial rows are the outputs themselves (the part never
@@ -843,7 +843,7 @@ class KernelEmitter:
                  for j, r in enumerate(reds)]
         pdecls = decls + [f"{t} *restrict {name}" for _, name, t, _ in parts]
         cols = self.dim(product(self.k.space[self.col_axes:]))
-        lines = [f"DISC_WIDE static void {fn}_part({', '.join(pdecls)}, "
+        lines = [f"DISC_WIDE DISC_PART static void {fn}_part({', '.join(pdecls)}, "
                  f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  "  (void)parallel;  /* chosen only for parallel work */",
