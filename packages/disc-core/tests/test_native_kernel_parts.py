@@ -32,6 +32,17 @@ def test_gelu_loop_is_vectorized() -> None:
     assert "loop vectorized" in report, report
 
 
+def test_gelu_on_a_symbolic_hidden_size_is_vectorized_in_every_version() -> None:
+    """erf inlined (DISC_MATH, always_inline) in each of the kernel's three versions
+    (general, vector-multiple, short rows): at -O2 gcc had left it a call, and each
+    version's loop scalar."""
+    g = catalog.gelu_bias_residual()  # hidden size symbolic
+    default_pipeline().run(g)
+    report = build_native(g, vector_report=True).metadata["vector_report"]
+    loops = set(re.findall(r"(module\d*\.c:\d+):\d+: optimized: loop vectorized", report))
+    assert len(loops) >= 3, report
+
+
 @pytest.mark.parametrize("graph", [gelu_only, catalog.layernorm, lambda: catalog.softmax(3),
                                    catalog.layernorm_backward])
 def test_every_part_function_is_kept_out_of_line(graph) -> None:

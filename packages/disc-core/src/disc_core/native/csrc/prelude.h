@@ -27,7 +27,12 @@ static inline int64_t disc_clampi(int64_t i, int64_t top) { return i < 0 ? 0 : i
    earlier form of the same approximation (rint + conversion, three special-case selects):
    exp is most of a softmax row's work. */
 typedef union { float f; int32_t i; } disc_f32_bits;
-static inline float disc_expf(float x) {
+/* the elementwise math functions loops call are always inlined: a call left in an 'omp
+   simd' loop keeps it scalar (no simd clone), and at -O2 gcc's size limits did leave
+   disc_erff out of line in kernels with several versions (an exact GELU on a symbolic
+   hidden size ran scalar in every version) */
+#define DISC_MATH static inline __attribute__((always_inline))
+DISC_MATH float disc_expf(float x) {
   /* lanes whose result is 0 compute exp(0) instead, so no subnormal arithmetic (a
      microcode assist per vector on x86) happens unless a result really is subnormal */
   const int zero = x < -103.972084045410156f;
@@ -63,7 +68,7 @@ static inline float disc_expf(float x) {
    Both pieces are near-minimax fits (relative error 1.6e-8 and 8.4e-9 in log erfc),
    <= 1.11 ulp over every float against double erf (glibc's vector erff: 4 ulp);
    a NaN passes through the first piece. */
-static inline float disc_erff(float x) {
+DISC_MATH float disc_erff(float x) {
   const float a = fabsf(x), t = x * x;
   float p = -5.990891950204968e-4f;
   p = fmaf(p, t, 4.993189126253128e-3f);
