@@ -48,6 +48,7 @@ class KernelEmitter:
         self.segment: int | None = None  # operand of the split concatenate being computed
         self.strided = False  # emitting the version for implicit broadcasts
         self.vec = False  # emitting the version for vector-multiple innermost extents
+        self.short = False  # emitting the version for short rows (fast_short)
         self.prototypes: list[str] = []  # declarations of the entries emit() wrote
 
     # names ----------------------------------------------------------------------------
@@ -74,6 +75,7 @@ class KernelEmitter:
         for variant in variants:
             self.strided = variant == "strided"
             self.vec = variant == "fast_vec"
+            self.short = variant == "fast_short"
             fn = self.fn_name(variant)
             if variant == "fast_rows":
                 out.append(self.row_split_kernel(fn, decls, names))
@@ -85,7 +87,7 @@ class KernelEmitter:
                 out.append(self.epilogue_kernel(fn, body, extent, decls, names, epilogue, attr))
                 continue
             call = ", ".join(names + ["S"])
-            out.append(f"{attr}static void {fn}_part({', '.join(decls)}, "
+            out.append(f"{attr}DISC_PART static void {fn}_part({', '.join(decls)}, "
                        f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n")
             out.append(
                 f"{entry_signature(fn, decls)} {{\n  const int64_t extent = {extent};\n"
@@ -145,8 +147,8 @@ class KernelEmitter:
         body = body.replace("  for (int64_t r = lo; r < hi; ++r) {", init +
                             "  for (int64_t r = lo; r < hi; ++r) {", 1)
         serial = ", ".join(names + [f"out{j}" for j, _, _ in parts] + ["S"])
-        lines = [f"{attr}static void {fn}_part({', '.join(pdecls)}, const int64_t *restrict S, "
-                 f"int64_t lo, int64_t hi) {{\n{body}}}\n",
+        lines = [f"{attr}DISC_PART static void {fn}_part({', '.join(pdecls)}, "
+                 f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  f"  const int64_t extent = {extent}, C = {cols};",
                  # one block: the partial rows are the outputs themselves (the part never
@@ -256,15 +258,19 @@ class KernelEmitter:
         rows = product(k.space[:-1]) if n else Expr.const(1)
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
+        self.helper_bufs: set[int] = set()
         self.rowbuf = self._row_buffers(reductions)
         lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             # on the stack when small: a malloc/free pair per block is a good part of a
-            # call on one short row (the per-call overhead budget)
+            # call on one short row (the per-call overhead budget). A buffer only a row
+            # helper reads is never malloc'ed: longer rows (NULL) keep the simd loop,
+            # which needs none (a malloc of a long row per block would page-fault)
+            big = "NULL" if vid in self.helper_bufs else f"malloc({name}_bytes)"
             lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
-                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+                      f"__builtin_alloca({name}_bytes) : {big});"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
@@ -307,7 +313,20 @@ class KernelEmitter:
         lines.append("  }")
         for name in self.rowbuf.values():
             lines.append(f"  if ({name}_bytes > DISC_STACK_ROWBUF) free({name});")
+        if reductions and not self.short:
+            head = lines.index("  for (int64_t r = lo; r < hi; ++r) {") + 1
+            lines[head:head] = self.prefetch_rows("\n".join(lines[head:]))
         return "\n".join(lines) + "\n", self.dim(rows)
+
+    def prefetch_rows(self, body: str) -> list[str]:
+        """Lines at the top of a row kernel's row loop that prefetch, two rows ahead, the
+        rows of the inputs read in the kernel's own layout. A row kernel's first pass over
+        a row is a reduction whose loads start the row; without this, each row's first
+        loads wait on the last-level cache or memory before the hardware prefetcher,
+        which does not cross the row boundary in time, catches up."""
+        names = sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
+        return [f"    if (r + {PREFETCH_ROWS} < hi) disc_prefetch_row({name} + "
+                f"(r + {PREFETCH_ROWS})*C, C);" for name in names]
 
     def tiled_transpose_body(self, v: Value, m: tuple[int, ...]) -> tuple[str, str]:
         """A transpose that moves the innermost dim, in TRANSPOSE_TILE-square tiles.
@@ -366,7 +385,7 @@ class KernelEmitter:
 
     def _value(self, vid: int) -> Value:
         for op in self.k.ops:
-            for r in op.results:
+            for r in (*op.results, *op.operands):  # operands: a row buffer of an input
                 if id(r) == vid:
                     return r
         raise KeyError(vid)
@@ -383,10 +402,40 @@ class KernelEmitter:
         for red in reductions:
             v = red.operands[0]
             fused = v.producer is not None and id(v.producer) in members
+            if id(v) in out:
+                continue
             if (red.opdef.reduction_kind(red) is not None and fused and users[id(v)] > 1
                     and not v.producer.opdef.view):
                 out[id(v)] = f"rowbuf{len(out)}"
+            elif self.row_helper(red) is not None and self.contiguous_row(red) is None:
+                out[id(v)] = f"rowbuf{len(out)}"  # computed, then reduced by the helper
+                self.helper_bufs.add(id(v))
         return out
+
+    def row_helper(self, red: Op) -> str | None:
+        """The prelude function (``disc_row_sum_f32`` ...) that reduces this kernel's rows
+        for ``red``, or None where the reduction stays in its ``omp simd`` loop: kinds other
+        than sum/max/min, dtypes other than f32/f64, the short-row version and static rows
+        under ``ROW_HELPER_MIN`` elements (a loop of a few vectors gains nothing from
+        four accumulators)."""
+        kind = red.opdef.reduction_kind(red)
+        dt = red.results[0].dtype
+        t = ctype(dt)
+        if (kind not in ("sum", "max", "min") or t not in ("float", "double")
+                or ctype(red.operands[0].dtype) != t or self.short or self.k.kind != "row"):
+            return None
+        inner = self.k.space[-1]
+        if inner.is_const and inner.value < ROW_HELPER_MIN:
+            return None
+        return f"disc_row_{kind}_{'f32' if t == 'float' else 'f64'}"
+
+    def contiguous_row(self, red: Op) -> str | None:
+        """Pointer to the start of the current row when ``red`` reads its operand straight
+        from an input laid out as the kernel's space (``in0[r*C + c]``), else None."""
+        if (red, 0) not in self.k.reads or scalar_constant(red.operands[0]) is not None:
+            return None
+        m = re.fullmatch(r"(\w+)\[r\*C \+ c\]", self.read(red, 0))
+        return f"({m.group(1)} + r*C)" if m else None
 
     def row_walk(self) -> tuple[list[str], list[str]]:
         """Lines before the row loop and lines ending each row that keep the row's per-dim
@@ -496,19 +545,92 @@ class KernelEmitter:
         return False
 
     def reduction_phase(self, reds: list[Op], done: set[int]) -> list[str]:
-        """One loop over the row computing the reductions ``reds`` (independent of each
-        other), keeping row-buffered operands for later phases."""
+        """The reductions ``reds`` (independent of each other) over the row, keeping
+        row-buffered operands for later phases.
+
+        Sums, maxima and minima of f32/f64 rows of at least ``ROW_HELPER_MIN`` elements go
+        through the prelude's multi-accumulator helpers (``row_helper``), over the input
+        row or a row buffer one loop fills; the others share one ``omp simd`` reduction
+        loop. A symbolic row length chooses at run time: short rows keep the loop, whose
+        single accumulator costs nothing there, while the helpers' fixed work (combining
+        four accumulators, the lane tree) would be most of theirs."""
         if reds[0].opdef.arg_compare is not None:
             return self.arg_phase(reds[0], done)
+        helped = [red for red in reds if self.row_helper(red) is not None]
+        results = {id(red.results[0]): red for red in reds}
+        names: dict[int, str] = {}
+        out: list[str] = []
+        # helper-only row buffers this phase fills: absent (NULL) for long rows
+        bufs = sorted({self.rowbuf[id(red.operands[0])] for red in helped
+                       if id(red.operands[0]) in self.helper_bufs
+                       and id(red.operands[0]) not in self.cached})
+        if not helped:
+            out += self.simd_reductions(reds, done, names)
+        elif not self.k.space[-1].is_const or bufs:  # both, chosen at run time
+            for red in reds:
+                dt = red.results[0].dtype
+                self.counter += 1
+                names[id(red)] = f"acc{self.counter}"
+                out.append(f"{ctype(dt)} {names[id(red)]};")
+            cached = set(self.cached)
+            out.append(f"if ({' && '.join([f'C >= {ROW_HELPER_MIN}', *bufs])}) {{")
+            out += ["  " + s for s in self.helper_reductions(reds, helped, done, names)]
+            helper_cached, self.cached = self.cached, cached
+            out.append("} else {")
+            out += ["  " + s for s in self.simd_reductions(reds, done, names)]
+            out.append("}")
+            assert self.cached == helper_cached  # both branches fill the same row buffers
+        else:
+            out += self.helper_reductions(reds, helped, done, names)
+        for vid, red in results.items():
+            self.counter += 1
+            name = f"r{self.counter}"
+            out.append(f"const {ctype(red.results[0].dtype)} {name} = {names[id(red)]};")
+            self.var[vid] = name
+            done.add(vid)
+        return out
+
+    def helper_reductions(self, reds: list[Op], helped: list[Op], done: set[int],
+                          names: dict[int, str]) -> list[str]:
+        """``helped`` through the prelude helpers, the rest of ``reds`` in one loop that
+        also fills the row buffers the helpers read."""
+        rest = [red for red in reds if red not in helped]
+        fill = [red for red in helped
+                if self.contiguous_row(red) is None and id(red.operands[0]) not in self.cached]
+        out = self.simd_reductions(rest, done, names, fill=fill)
+        for red in helped:
+            dt = red.results[0].dtype
+            kind = red.opdef.reduction_kind(red)
+            args = [self.contiguous_row(red) or self.rowbuf[id(red.operands[0])], "C"]
+            if kind != "sum":
+                args.append(identity(kind, dt))
+            call = f"{self.row_helper(red)}({', '.join(args)})"
+            if id(red) in names:
+                out.append(f"{names[id(red)]} = {call};")
+            else:
+                self.counter += 1
+                names[id(red)] = f"acc{self.counter}"
+                out.append(f"const {ctype(dt)} {names[id(red)]} = {call};")
+        return out
+
+    def simd_reductions(self, reds: list[Op], done: set[int], names: dict[int, str],
+                        fill: list[Op] = ()) -> list[str]:
+        """One ``omp simd`` loop over the row reducing ``reds`` into accumulators (named
+        in ``names``; declared here unless already), storing row-buffered operands, and
+        the operands of ``fill`` into their row buffers."""
         out: list[str] = []
         pragmas: list[str] = []
         accs = []
         for red in reds:
             kind = red.opdef.reduction_kind(red)
             dt = red.results[0].dtype
-            self.counter += 1
-            acc = f"acc{self.counter}"
-            out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
+            if id(red) in names:
+                acc = names[id(red)]
+                out.append(f"{acc} = {identity(kind, dt)};")
+            else:
+                self.counter += 1
+                acc = names[id(red)] = f"acc{self.counter}"
+                out.append(f"{ctype(dt)} {acc} = {identity(kind, dt)};")
             # max/min of floats: a plain (vectorizable) max plus a separate "saw a NaN"
             # flag instead of a NaN-aware select, which the compiler cannot turn into a
             # vector max
@@ -523,17 +645,30 @@ class KernelEmitter:
             if split_nan:
                 pragmas.append(f"reduction(|:{acc}_nan)")
             accs.append((red, kind, dt, acc, split_nan))
+        if not accs and not fill:
+            return out
         out.append(" ".join(["#pragma omp simd", *pragmas]))
         out.append("for (int64_t c = 0; c < C; ++c) {")
         saved = dict(self.var)
         self.scope = set()
         stored: set[int] = set()
+        for red in fill:
+            operand = id(red.operands[0])
+            if operand in stored:
+                continue
+            body, x = self.operand_cone(red, 0, done)
+            out += ["  " + s for s in body]
+            out.append(f"  {self.rowbuf[operand]}[c] = {x};")
+            stored.add(operand)
+        # a helper-only buffer may be absent (long rows): later phases recompute
+        stored -= self.helper_bufs
         for red, kind, dt, acc, split_nan in accs:
             body, x = self.operand_cone(red, 0, done)
             out += ["  " + s for s in body]
             operand = id(red.operands[0])
             buf = self.rowbuf.get(operand)
-            if buf is not None and operand not in self.cached and operand not in stored:
+            if (buf is not None and operand not in self.cached and operand not in stored
+                    and operand not in self.helper_bufs):
                 out.append(f"  {buf}[c] = {x};")
                 stored.add(operand)
             if split_nan:
@@ -546,14 +681,9 @@ class KernelEmitter:
         self.cached |= stored
         self.var = saved
         self.scope = set()
-        for red, _, dt, acc, split_nan in accs:
+        for _, _, _, acc, split_nan in accs:
             if split_nan:
                 out.append(f"if ({acc}_nan) {acc} = NAN;")
-            self.counter += 1
-            name = f"r{self.counter}"
-            out.append(f"const {ctype(dt)} {name} = {acc};")
-            self.var[id(red.results[0])] = name
-            done.add(id(red.results[0]))
         return out
 
     def arg_phase(self, red: Op, done: set[int]) -> list[str]:
@@ -713,7 +843,7 @@ class KernelEmitter:
                  for j, r in enumerate(reds)]
         pdecls = decls + [f"{t} *restrict {name}" for _, name, t, _ in parts]
         cols = self.dim(product(self.k.space[self.col_axes:]))
-        lines = [f"DISC_WIDE static void {fn}_part({', '.join(pdecls)}, "
+        lines = [f"DISC_WIDE DISC_PART static void {fn}_part({', '.join(pdecls)}, "
                  f"const int64_t *restrict S, int64_t lo, int64_t hi) {{\n{body}}}\n",
                  f"{entry_signature(fn, decls)} {{",
                  "  (void)parallel;  /* chosen only for parallel work */",
@@ -775,6 +905,14 @@ def vector_speculation(k: Kernel) -> bool:
     boundaries, which need not be multiples); not tiled transposes, which have no row loop."""
     return (k.kind in ("row", "loop") and k.rank >= 1 and k.split_concat is None
             and not k.space[-1].is_const and transposed_innermost(k) is None)
+
+
+#: rows at least this long reduce through the prelude's helpers (four accumulators of up
+#: to 16 lanes); shorter ones keep the one-accumulator 'omp simd' loop, faster there
+#: (masked attention scores on rows of 34: 25 us against 34 us with the helpers)
+ROW_HELPER_MIN = 64
+#: how many rows ahead a row kernel with reductions prefetches its input rows
+PREFETCH_ROWS = 2
 
 
 #: side of the square tiles of a transpose that moves the innermost dim (16 floats: one

@@ -23,11 +23,16 @@ static inline int64_t disc_clampi(int64_t i, int64_t top) { return i < 0 ? 0 : i
    the Cephes polynomial evaluated as 1 + r(1 + r P(r)), 2^k applied in two steps so
    results may be subnormal; overflow and underflow by selects, a NaN passes through the
    arithmetic. <= 0.9 ulp (0.85 units of 2^-149 where subnormal) over every float,
-   checked against double exp. About 31 vector instructions, a quarter fewer than the
+   checked against double exp. About 27 vector instructions, a third fewer than the
    earlier form of the same approximation (rint + conversion, three special-case selects):
    exp is most of a softmax row's work. */
 typedef union { float f; int32_t i; } disc_f32_bits;
-static inline float disc_expf(float x) {
+/* the elementwise math functions loops call are always inlined: a call left in an 'omp
+   simd' loop keeps it scalar (no simd clone), and at -O2 gcc's size limits did leave
+   disc_erff out of line in kernels with several versions (an exact GELU on a symbolic
+   hidden size ran scalar in every version) */
+#define DISC_MATH static inline __attribute__((always_inline))
+DISC_MATH float disc_expf(float x) {
   /* lanes whose result is 0 compute exp(0) instead, so no subnormal arithmetic (a
      microcode assist per vector on x86) happens unless a result really is subnormal */
   const int zero = x < -103.972084045410156f;
@@ -36,7 +41,9 @@ static inline float disc_expf(float x) {
   /* k = rint(xc / ln 2) by adding 1.5 * 2^23, whose ulp is 1: the low bits of s are k */
   const disc_f32_bits s = { fmaf(xc, 1.44269504088896341f, 12582912.0f) };
   const float k = s.f - 12582912.0f;
-  const int32_t ki = s.i - 0x4B400000, k1 = ki >> 1, k2 = ki - k1;
+  /* the biased exponents of 2^k1 and 2^k2, k1 = floor(k / 2), k2 = k - k1, from the bits
+     of s with one add: (k + 254) >> 1 = k1 + 127 and (k + 254) - (k1 + 127) = k2 + 127 */
+  const int32_t kb = s.i - (0x4B400000 - 254), e1 = kb >> 1, e2 = kb - e1;
   float r = fmaf(k, -0.693359375f, xc);
   r = fmaf(k, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -46,8 +53,11 @@ static inline float disc_expf(float x) {
   p = fmaf(p, r, 1.6666665459e-1f);
   p = fmaf(p, r, 5.0000001201e-1f);
   p = fmaf(r, fmaf(r, p, 1.0f), 1.0f);
-  const disc_f32_bits s1 = { .i = (k1 + 127) << 23 }, s2 = { .i = (k2 + 127) << 23 };
-  const float res = x > 88.72283935546875f ? INFINITY : p * s1.f * s2.f;
+  const disc_f32_bits s1 = { .i = e1 << 23 }, s2 = { .i = e2 << 23 };
+  /* above ln(FLT_MAX) = 88.7228 (x clamped to 88.8: k = 128), p * 2^128 overflows to
+     infinity by itself: the nearest float above ln(FLT_MAX) has a result 7.6e-6 above
+     FLT_MAX, far beyond p's error */
+  const float res = p * s1.f * s2.f;
   return zero ? 0.0f : res;
 }
 
@@ -58,7 +68,7 @@ static inline float disc_expf(float x) {
    Both pieces are near-minimax fits (relative error 1.6e-8 and 8.4e-9 in log erfc),
    <= 1.11 ulp over every float against double erf (glibc's vector erff: 4 ulp);
    a NaN passes through the first piece. */
-static inline float disc_erff(float x) {
+DISC_MATH float disc_erff(float x) {
   const float a = fabsf(x), t = x * x;
   float p = -5.990891950204968e-4f;
   p = fmaf(p, t, 4.993189126253128e-3f);
@@ -92,6 +102,102 @@ static inline float disc_erff(float x) {
   const float tail = copysignf(1.0f - e * scale.f, x);
   return a >= 0.921875f ? tail : fmaf(x, p, x);
 }
+
+/* STEP (on vectors a and b) with b = a's lanes moved down by half, a quarter, ... of the
+   vector, each time: lane 0 of a ends up combining every lane, in log2(lanes) full-width
+   steps (whole-vector shuffles, no lane-by-lane extraction) */
+/* Sum, max and min of a contiguous float/double row (a row kernel's reduction whose operand
+   is an input row or was stored in a row buffer). Four vector accumulators and a pairwise
+   combination of the lanes: the 'omp simd reduction' loop this replaces kept one vector
+   accumulator (a chain of dependent adds, 4 cycles each) and summed its 16 lanes one after
+   the other, which made LayerNorm's two statistics about two thirds of its time on
+   cache-resident rows. max/min: NaN if any element is NaN (a separate flag, as the loop
+   form does), else the plain max/min; an empty row gives the reduction's identity. */
+/* a whole-vector permutation of a (disc_vec_f32 / _f64) by constant lane indices: gcc's
+   __builtin_shuffle (any gcc version DISC builds with), clang's __builtin_shufflevector */
+#ifdef __clang__
+#define DISC_SHUFFLE(NAME, a, ...) __builtin_shufflevector(a, a, __VA_ARGS__)
+#else
+#define DISC_SHUFFLE(NAME, a, ...) __builtin_shuffle(a, (disc_vmask_##NAME){__VA_ARGS__})
+#endif
+#define DISC_LANE_TREE_f32(a, STEP) do {                                                  \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 8, 9, 10, 11, 12, 13, 14, 15,                   \
+                                  0, 1, 2, 3, 4, 5, 6, 7); STEP; }                        \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 4, 5, 6, 7, 0, 1, 2, 3,                         \
+                                  12, 13, 14, 15, 8, 9, 10, 11); STEP; }                  \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 2, 3, 0, 1, 6, 7, 4, 5,                         \
+                                  10, 11, 8, 9, 14, 15, 12, 13); STEP; }                  \
+  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 1, 0, 3, 2, 5, 4, 7, 6,                         \
+                                  9, 8, 11, 10, 13, 12, 15, 14); STEP; }                  \
+  } while (0)
+#define DISC_LANE_TREE_f64(a, STEP) do {                                                  \
+  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 4, 5, 6, 7, 0, 1, 2, 3); STEP; }                \
+  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 2, 3, 0, 1, 6, 7, 4, 5); STEP; }                \
+  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 1, 0, 3, 2, 5, 4, 7, 6); STEP; }                \
+  } while (0)
+#define DISC_ROW_REDUCE(T, I, N, NAME)                                                    \
+typedef T disc_vec_##NAME __attribute__((vector_size(64), aligned(sizeof(T))));           \
+typedef I disc_vmask_##NAME __attribute__((vector_size(64)));                             \
+static inline T disc_lanes_##NAME(disc_vec_##NAME *v) {                                   \
+  disc_vec_##NAME a = *v;                                                                 \
+  DISC_LANE_TREE_##NAME(a, a += b);                                                       \
+  return a[0]; }                                                                          \
+static inline T disc_row_sum_##NAME(const T *restrict p, int64_t n) {                     \
+  disc_vec_##NAME a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
+  int64_t i = 0;                                                                          \
+  for (; i + 4 * N <= n; i += 4 * N) {                                                    \
+    a0 += *(const disc_vec_##NAME *)(p + i);                                              \
+    a1 += *(const disc_vec_##NAME *)(p + i + N);                                          \
+    a2 += *(const disc_vec_##NAME *)(p + i + 2 * N);                                      \
+    a3 += *(const disc_vec_##NAME *)(p + i + 3 * N); }                                    \
+  for (; i + N <= n; i += N) a0 += *(const disc_vec_##NAME *)(p + i);                     \
+  T t = 0;                                                                                \
+  for (; i < n; ++i) t += p[i];                                                           \
+  a0 = (a0 + a1) + (a2 + a3);                                                             \
+  return t + disc_lanes_##NAME(&a0); }                                                    \
+DISC_ROW_EXTREMUM(T, N, NAME, max, >)                                                     \
+DISC_ROW_EXTREMUM(T, N, NAME, min, <)
+/* one select per element: a NaN element never wins the comparison, the flag records it */
+#define DISC_ROW_EXTREMUM(T, N, NAME, KIND, CMP)                                          \
+static inline void disc_##KIND##_step_##NAME(disc_vec_##NAME *a, const disc_vec_##NAME *xp, \
+                                             disc_vmask_##NAME *nan) {                    \
+  const disc_vec_##NAME x = *xp;                                                          \
+  *nan |= (disc_vmask_##NAME)(x != x);                                                    \
+  const disc_vmask_##NAME m = (disc_vmask_##NAME)(x CMP *a);                              \
+  *a = (disc_vec_##NAME)(((disc_vmask_##NAME)x & m) | ((disc_vmask_##NAME)*a & ~m)); }    \
+static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init) {        \
+  disc_vec_##NAME a0, a1, a2, a3;                                                         \
+  for (int j = 0; j < N; ++j) a0[j] = a1[j] = a2[j] = a3[j] = init;                       \
+  disc_vmask_##NAME nan = {0};                                                            \
+  int64_t i = 0;                                                                          \
+  for (; i + 4 * N <= n; i += 4 * N) {                                                    \
+    disc_##KIND##_step_##NAME(&a0, (const disc_vec_##NAME *)(p + i), &nan);               \
+    disc_##KIND##_step_##NAME(&a1, (const disc_vec_##NAME *)(p + i + N), &nan);           \
+    disc_##KIND##_step_##NAME(&a2, (const disc_vec_##NAME *)(p + i + 2 * N), &nan);       \
+    disc_##KIND##_step_##NAME(&a3, (const disc_vec_##NAME *)(p + i + 3 * N), &nan); }     \
+  for (; i + N <= n; i += N)                                                              \
+    disc_##KIND##_step_##NAME(&a0, (const disc_vec_##NAME *)(p + i), &nan);               \
+  disc_##KIND##_step_##NAME(&a0, &a1, &nan);                                              \
+  disc_##KIND##_step_##NAME(&a2, &a3, &nan);                                              \
+  disc_##KIND##_step_##NAME(&a0, &a2, &nan);                                              \
+  /* the lanes pairwise, as the sums do (NaN lanes never won: the flag says) */           \
+  DISC_LANE_TREE_##NAME(a0, disc_##KIND##_step_##NAME(&a0, &b, &nan));                    \
+  int64_t any = 0;                                                                        \
+  for (int j = 0; j < N; ++j) any |= nan[j];                                              \
+  T t = a0[0];                                                                            \
+  for (; i < n; ++i) { t = p[i] CMP t ? p[i] : t; any |= p[i] != p[i]; }                  \
+  return any ? (T)NAN : t; }
+DISC_ROW_REDUCE(float, int32_t, 16, f32)
+DISC_ROW_REDUCE(double, int64_t, 8, f64)
+
+/* prefetch the n elements of a row (any element type, element size at most 8 bytes:
+   one touch per 64 bytes) into the cache, for reading */
+#define disc_prefetch_row(p, n) do {                                                      \
+  const char *disc_pf_ = (const char *)(p);                                               \
+  const int64_t disc_pf_bytes_ = (int64_t)(n) * (int64_t)sizeof(*(p));                    \
+  for (int64_t disc_pf_i_ = 0; disc_pf_i_ < disc_pf_bytes_; disc_pf_i_ += 64)             \
+    __builtin_prefetch(disc_pf_ + disc_pf_i_, 0, 3);                                      \
+  } while (0)
 
 /* ILP64 Fortran-interface GEMM (disc_env.sgemm / dgemm): every argument by pointer,
    column-major; the two trailing lengths are the hidden Fortran string lengths of the
@@ -171,6 +277,12 @@ static inline int64_t disc_now_ns(void) {
 #ifndef DISC_ENTRY
 #define DISC_ENTRY static
 #endif
+/* a kernel's _part function (its rows or chunks [lo, hi)) is never inlined into its entry:
+   inlined into the OpenMP-outlined loop of the parallel path, its pointers come from the
+   shared-data struct without restrict, and gcc left the inner loop scalar ("complicated
+   access pattern"): a GELU kernel ran 4-10x slower than its vectorized form, with
+   data-dependent branches */
+#define DISC_PART __attribute__((noinline))
 /* column-epilogue partial sums up to this size live on the calling thread's stack */
 #define DISC_STACK_PARTIALS 262144
 /* a row kernel's row buffers up to this size each (rows of 8192 floats) live on the stack

@@ -1,0 +1,167 @@
+"""Row reductions of f32/f64 rows through the prelude's multi-accumulator helpers
+(``disc_row_sum_f32`` ...): which reductions take them, and that they agree with the
+reference interpreter on every row length around the vector and unroll widths, with NaN and
+infinities anywhere in a row, empty rows, serial and parallel, every kernel version."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from disc_core import Compiler, GraphBuilder, catalog, interpret
+from disc_core.native.build import build_native
+from disc_core.passes import default_pipeline
+from disc_runtime import CompileCache
+
+RNG = np.random.default_rng(7)
+#: around 16 lanes (f32 on AVX-512) and 4 x 16 (the unrolled step), short rows, long rows
+LENGTHS = [0, 1, 3, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 1000]
+
+
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory):
+    return Compiler(CompileCache(tmp_path_factory.mktemp("cache")), target="native")
+
+
+def run_checked(compiler, graph, inputs, rtol=1e-5, atol=1e-5):
+    exe = compiler.compile(graph)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    got, want = exe.run(inputs), interpret(graph, inputs)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                   atol=atol, equal_nan=True)
+    return exe
+
+
+def sources(graph) -> str:
+    default_pipeline().run(graph)
+    build = build_native(graph)
+    return "\n".join(v.decode() for k, v in build.files.items() if k.endswith(".c"))
+
+
+def three_reductions(dtype: str, hidden: int | None = None):
+    """sum(x), max(x), min(x) and sum(x * x) over the last dim of [R, H]."""
+    b = GraphBuilder("row_stats")
+    R = b.symbol("R")
+    H = b.symbol("H") if hidden is None else hidden
+    x = b.input("x", dtype, [R, H])
+    return b.build(b.reduce(x, kind="sum", axes=[1]), b.reduce(x, kind="max", axes=[1]),
+                   b.reduce(x, kind="min", axes=[1]),
+                   b.reduce(b.mul(x, x), kind="sum", axes=[1]))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_row_sum_max_min_on_every_length_around_the_vector_width(compiler, dtype) -> None:
+    npdt = np.float32 if dtype == "f32" else np.float64
+    g = three_reductions(dtype)
+    for rows in (1, 5, 300):  # 300 rows of 1000: parallel where threads allow
+        for n in LENGTHS:
+            x = (RNG.standard_normal((rows, n)) * 10).astype(npdt)
+            run_checked(compiler, g, [x], rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_nan_and_infinities_anywhere_in_a_row(compiler, dtype) -> None:
+    """max/min are NaN when any element is (in the unrolled part, the single-vector part,
+    the scalar tail, the last element); infinities win max/min and make sums infinite."""
+    npdt = np.float32 if dtype == "f32" else np.float64
+    g = three_reductions(dtype)
+    for n in (1, 17, 70, 129, 1000):
+        for pos in sorted({0, n // 2, n - 1, min(n - 1, 64), min(n - 1, 66)}):
+            for special in (np.nan, np.inf, -np.inf):
+                x = RNG.standard_normal((3, n)).astype(npdt)
+                x[1, pos] = special
+                x[2, :] = -np.inf if special == np.inf else np.inf  # a row of one infinity
+                run_checked(compiler, g, [x], rtol=1e-5, atol=1e-4)
+
+
+def test_softmax_and_layernorm_rows_take_the_helpers() -> None:
+    """The benchmark's row kernels reduce through the helpers: LayerNorm's two sums (the
+    second over a row buffer of (x - mean)^2), softmax's max (straight from the input) and
+    its sum (over the exp row buffer the normalisation reuses)."""
+    ln = sources(catalog.layernorm(hidden=768))
+    assert len(re.findall(r"disc_row_sum_f32\(", ln)) >= 2, ln
+    # the buffer of (x - mean)^2 only the helper reads: on the stack or absent, never
+    # malloc'ed; without it (rows over DISC_STACK_ROWBUF) the simd loop sums
+    assert "__builtin_alloca(rowbuf0_bytes) : NULL)" in ln
+    assert "if (C >= 64 && rowbuf0) {" in ln
+    sm = sources(catalog.softmax(3))
+    assert "disc_row_max_f32((in0 + r*C), C, -INFINITY)" in sm
+    assert "disc_row_sum_f32(rowbuf0, C)" in sm
+    for text in (ln, sm):  # the input rows two ahead are prefetched
+        assert "if (r + 2 < hi) disc_prefetch_row(in0 + (r + 2)*C, C);" in text
+
+
+def test_short_static_rows_and_other_kinds_keep_the_simd_loop() -> None:
+    """Static rows under 32 elements, products and integer sums keep the 'omp simd' loop."""
+    short = sources(three_reductions("f32", hidden=8))
+    assert "disc_row_" not in short.split("#define DISC_ROW_EXTREMUM")[1].split(
+        "DISC_ROW_REDUCE(double")[1]
+    b = GraphBuilder("others")
+    R, H = b.symbol("R"), b.symbol("H")
+    x, i = b.input("x", "f32", [R, H]), b.input("i", "i32", [R, H])
+    g = b.build(b.reduce(x, kind="prod", axes=[1]), b.reduce(i, kind="sum", axes=[1]))
+    text = sources(g)
+    assert "reduction(*:" in text and "reduction(+:" in text
+
+
+def test_reduction_of_a_broadcast_input_goes_through_a_row_buffer(compiler) -> None:
+    """An operand read from an input that is not laid out as the kernel's rows (a vector
+    broadcast along the rows) is copied into a row buffer for the helper."""
+    b = GraphBuilder("bcast_red")
+    R, H = b.symbol("R"), b.symbol("H")
+    x, w = b.input("x", "f32", [R, H]), b.input("w", "f32", [H])
+    wb = b.broadcast_in_dim(w, shape=[R, H], broadcast_dimensions=[1])
+    g = b.build(b.add(b.reduce(wb, kind="sum", axes=[1]), b.reduce(x, kind="max", axes=[1])))
+    for rows, n in [(3, 0), (4, 1), (2, 65), (50, 1000)]:
+        run_checked(compiler, g, [RNG.standard_normal((rows, n)).astype(np.float32),
+                                  RNG.standard_normal(n).astype(np.float32)],
+                    rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_benchmark_rows_on_odd_and_edge_sizes(compiler, dtype) -> None:
+    """softmax, LayerNorm and RMSNorm (symbolic hidden size) on empty, single and odd rows
+    and on long ones, every version (vector-multiple, remainder, short)."""
+    npdt = np.float32 if dtype == "f32" else np.float64
+    for rows, n in [(0, 5), (3, 0), (1, 1), (7, 17), (5, 33), (4, 64), (9, 130), (64, 768),
+                    (3, 1001)]:
+        x = (RNG.standard_normal((rows, n)) * 4).astype(npdt)
+        run_checked(compiler, catalog.softmax(2) if dtype == "f32" else _softmax64(), [x],
+                    rtol=1e-5, atol=1e-6)
+    if dtype == "f32":
+        for rows, n in [(1, 1), (7, 17), (9, 130), (3, 1001)]:
+            x = (RNG.standard_normal((1, rows, n)) * 2 + 1).astype(np.float32)
+            g, bt = RNG.standard_normal(n).astype(np.float32), RNG.standard_normal(n).astype(
+                np.float32)
+            run_checked(compiler, catalog.layernorm(), [x, g, bt], rtol=1e-4, atol=1e-4)
+            run_checked(compiler, catalog.rmsnorm(), [x[0], g], rtol=1e-4, atol=1e-4)
+
+
+def _softmax64():
+    b = GraphBuilder("softmax64")
+    R, H = b.symbol("R"), b.symbol("H")
+    x = b.input("x", "f64", [R, H])
+    m = b.broadcast_in_dim(b.reduce(x, kind="max", axes=[1]), shape=[R, H],
+                           broadcast_dimensions=[0])
+    e = b.exp(b.sub(x, m))
+    s = b.broadcast_in_dim(b.reduce(e, kind="sum", axes=[1]), shape=[R, H],
+                           broadcast_dimensions=[0])
+    return b.build(b.div(e, s))
+
+
+@pytest.mark.parametrize("n", [8191, 8192, 8193, 20000])
+def test_rows_longer_than_a_stack_row_buffer(compiler, n) -> None:
+    """Rows whose helper-only buffer would not fit on the stack (DISC_STACK_ROWBUF, 32 KiB)
+    reduce in the simd loop instead (no buffer); rows that fit use the helper. Both agree
+    with the interpreter: LayerNorm and RMSNorm (computed operands), softmax (a buffer the
+    normalisation reuses, malloc'ed when long)."""
+    x = (RNG.standard_normal((1, 3, n)) * 2 + 1).astype(np.float32)
+    g, bt = (RNG.standard_normal(n).astype(np.float32) for _ in range(2))
+    run_checked(compiler, catalog.layernorm(), [x, g, bt], rtol=1e-4, atol=1e-4)
+    run_checked(compiler, catalog.rmsnorm(), [x[0], g], rtol=1e-4, atol=1e-4)
+    run_checked(compiler, catalog.softmax(2), [x[0] * 4], rtol=1e-4, atol=1e-7)
+    run_checked(compiler, three_reductions("f32"), [x[0]], rtol=1e-5, atol=1e-2)
