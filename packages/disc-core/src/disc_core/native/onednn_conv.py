@@ -7,9 +7,11 @@ Eager PyTorch runs its convolutions in oneDNN; DISC lowering them to im2col + BL
 GNU-OpenMP build :func:`disc_runtime.native.onednn_library` finds), the ``lower`` stage's
 first pass, :class:`UseOneDNNConvolutions`, turns every convolution the primitive covers
 into ``fused_convolution`` (``ops/fused_conv.py``) and folds a following bias add and ReLU
-into it; the others (f64, input dilation, negative padding, batch groups, a kernel of
-run-time size: the filter gradient's form) keep the im2col lowering. Without oneDNN, or
-with ``DISC_ONEDNN_CONV=0``, nothing changes.
+into it: forward convolutions and input gradients run oneDNN's forward primitive, filter
+gradients (XLA's form, ``GraphBuilder.conv_filter_grad``) its backward-weights primitive.
+The others (f64: oneDNN's CPU engine has no f64 convolution; input dilation, which
+``SplitInputDilation`` removed before; negative padding) keep the im2col lowering.
+Without oneDNN, or with ``DISC_ONEDNN_CONV=0``, nothing changes.
 
 At run time the module opens the library by the path seen at compile time (part of the
 compile cache key, see :func:`cache_identity`) and makes one primitive per concrete
@@ -69,9 +71,11 @@ def cache_identity() -> dict[str, object]:
 
 
 def qualifies(op: Op) -> bool:
-    """Whether oneDNN's forward convolution primitive computes convolution ``op``: f32,
-    1 to 3 spatial dims, no input dilation or batch groups, padding >= 0 and a kernel of
-    constant spatial size (any layouts: buffers are described by their strides)."""
+    """Whether a oneDNN convolution primitive computes convolution ``op``: f32, 1 to 3
+    spatial dims, no input dilation, padding >= 0 (any layouts: buffers are described by
+    their strides). The forward primitive runs it, or the backward-weights one when it is
+    a filter gradient in XLA's form (batch groups, or a "kernel" larger than the result:
+    chosen at run time, see ``disc_dnnl_convolution`` in ``csrc/onednn_conv.c``)."""
     a = op.attrs
     lhs, rhs = op.operands
     if lhs.dtype is not DType.F32 or rhs.dtype is not DType.F32:
@@ -79,12 +83,9 @@ def qualifies(op: Op) -> bool:
     sp = [ch for ch in a["input_layout"] if ch not in "NC"]
     if not 1 <= len(sp) <= 3:
         return False
-    if any(d != 1 for d in a["lhs_dilation"]) or a["batch_group_count"] != 1:
+    if any(d != 1 for d in a["lhs_dilation"]):
         return False
-    if any(v < 0 for pair in a["padding"] for v in pair):
-        return False
-    kl = a["kernel_layout"]
-    return all(rhs.shape[kl.index(ch)].is_const for ch in sp)
+    return all(v >= 0 for pair in a["padding"] for v in pair)
 
 
 class UseOneDNNConvolutions(Pass):
@@ -122,8 +123,8 @@ def use_onednn_convolutions(graph: Graph) -> bool:
             conv, other = op.operands[i], op.operands[1 - i]
             p = conv.producer
             if (p is None or p.name != "fused_convolution" or p.attrs["activation"] != "none"
-                    or len(users.get(conv, [])) != 1 or id(conv) in returned
-                    or conv.type != op.results[0].type):
+                    or p.attrs["batch_group_count"] != 1 or len(users.get(conv, [])) != 1
+                    or id(conv) in returned or conv.type != op.results[0].type):
                 continue
             if op.name == "add" and len(p.operands) == 2:
                 bias = _feature_bias(other, p.attrs["output_layout"].index("C"))
@@ -179,7 +180,8 @@ def _drop_dead(graph: Graph) -> None:
 def emit_fused_convolution(op: Op, ptr: Callable[[Value], str], syms: Symbols
                            ) -> LibraryCode:
     """The host lines of one ``fused_convolution`` step: the problem's dims and strides
-    (run-time values), then one call of ``disc_dnnl_conv`` (``csrc/onednn_conv.c``)."""
+    (run-time values), then one call of ``disc_dnnl_convolution`` (``csrc/onednn_conv.c``),
+    which picks the primitive."""
     from .fusion import NativeUnsupported
 
     lib = onednn_conv_library()
@@ -202,20 +204,20 @@ def emit_fused_convolution(op: Op, ptr: Callable[[Value], str], syms: Symbols
     sd, ss = dims(lhs, il, "NC" + "".join(sp))
     wd, ws = dims(rhs, kl, "OI" + "".join(sp))
     dd, ds = dims(res, ol, "NC" + "".join(sp))
-    lines = ["  {", "    disc_dnnl_conv_desc cd;", "    memset(&cd, 0, sizeof cd);",
-             f"    cd.kind = 0; cd.nsp = {len(sp)}; cd.groups = {a['feature_group_count']}; "
-             f"cd.act = {_ELTWISE[a['activation']]}; cd.has_bias = {int(bias is not None)};"]
-    for name, vals in (("src", sd), ("src_st", ss), ("wei", wd), ("wei_st", ws), ("dst", dd),
-                       ("dst_st", ds)):
+    lines = ["  {", "    disc_conv cd;", "    memset(&cd, 0, sizeof cd);",
+             f"    cd.nsp = {len(sp)}; cd.fgc = {a['feature_group_count']}; "
+             f"cd.bgc = {a['batch_group_count']}; cd.act = {_ELTWISE[a['activation']]};"]
+    for name, vals in (("lhs", sd), ("lhs_st", ss), ("rhs", wd), ("rhs_st", ws), ("out", dd),
+                       ("out_st", ds)):
         lines.append("    " + " ".join(f"cd.{name}[{i}] = {e};" for i, e in enumerate(vals)))
     for j in range(len(sp)):
         lo, hi = a["padding"][j]
         lines.append(f"    cd.stride[{j}] = {a['window_strides'][j]}; "
-                     f"cd.dil[{j}] = {a['rhs_dilation'][j] - 1}; cd.pad_l[{j}] = {lo}; "
-                     f"cd.pad_r[{j}] = {hi};")
+                     f"cd.rdil[{j}] = {a['rhs_dilation'][j]}; cd.pad_lo[{j}] = {lo}; "
+                     f"cd.pad_hi[{j}] = {hi};")
     bptr = f"(void *){ptr(bias)}" if bias is not None else "NULL"
-    lines += [f"    if (disc_dnnl_conv({_c_string(lib)}, &cd, (void *){ptr(lhs)}, "
-              f"(void *){ptr(rhs)}, {bptr}, (void *){ptr(res)}, err, errlen, NULL)) goto fail;",
+    lines += [f"    if (disc_dnnl_convolution({_c_string(lib)}, &cd, (void *){ptr(lhs)}, "
+              f"(void *){ptr(rhs)}, {bptr}, (void *){ptr(res)}, err, errlen)) goto fail;",
               "  }"]
     return LibraryCode(lines, {"onednn_conv": c_source("onednn_conv.c")})
 
