@@ -80,9 +80,10 @@ CORE_OPTIONS = OptionTable("disc-core", (
            "attention to SDPA before autograd; `0` keeps the unfused ops (GEMMs and softmax "
            "kernels; for comparisons).", parse=parse_bool, env_only=True),
     Option("onednn_conv", "DISC_ONEDNN_CONV", True,
-           "Convolutions (f32, constant kernel size) run as oneDNN convolution primitives "
-           "with the bias add and ReLU after them fused as post-ops, when oneDNN is "
-           "installed (`disc-runtime[onednn]`); `0` keeps the im2col + GEMM lowering.",
+           "f32 convolutions run as oneDNN convolution primitives (forward with the bias "
+           "add and ReLU after them fused as post-ops, filter gradients as backward "
+           "weights) when oneDNN is installed (`disc-runtime[onednn]`); `0` keeps the "
+           "im2col + GEMM lowering.",
            parse=parse_bool, env_only=True),
 ), doc="Read by the compiler whatever bridge is used.")
 
