@@ -68,8 +68,9 @@ class CanonicalizeDots(Pass):
 def backend_lowering() -> PassManager:
     """The ``lower`` stage: the native backend's rewrites, each once and in this order.
 
-    Convolutions that oneDNN's primitive covers leave as ``fused_convolution`` before the
-    im2col lowering sees them (``onednn_conv.py``, only when oneDNN is installed).
+    Convolutions that oneDNN's primitives cover leave as ``fused_convolution`` first
+    (``onednn_conv.py``, only when oneDNN is installed; an input gradient's input dilation
+    included, so before the phase split).
 
     One iteration and no verification between passes, as these rewrites always ran: they
     are not a fixpoint system (each consumes what the previous one produced), and the
@@ -77,7 +78,7 @@ def backend_lowering() -> PassManager:
     """
     from .onednn_conv import UseOneDNNConvolutions
 
-    return PassManager([SplitInputDilation(), UseOneDNNConvolutions(), LowerConvolutions(),
+    return PassManager([UseOneDNNConvolutions(), SplitInputDilation(), LowerConvolutions(),
                         SplitReductions(), CanonicalizeDots()], max_iterations=1,
                        verify_each=False)
 

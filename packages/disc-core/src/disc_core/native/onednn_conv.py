@@ -7,10 +7,12 @@ Eager PyTorch runs its convolutions in oneDNN; DISC lowering them to im2col + BL
 GNU-OpenMP build :func:`disc_runtime.native.onednn_library` finds), the ``lower`` stage's
 first pass, :class:`UseOneDNNConvolutions`, turns every convolution the primitive covers
 into ``fused_convolution`` (``ops/fused_conv.py``) and folds a following bias add and ReLU
-into it: forward convolutions and input gradients run oneDNN's forward primitive, filter
-gradients (XLA's form, ``GraphBuilder.conv_filter_grad``) its backward-weights primitive.
-The others (f64: oneDNN's CPU engine has no f64 convolution; input dilation, which
-``SplitInputDilation`` removed before; negative padding) keep the im2col lowering.
+into it: forward convolutions run oneDNN's forward primitive, input gradients
+(``GraphBuilder.conv_input_grad``: a flipped kernel, the stride as input dilation) its
+backward-data primitive, filter gradients (XLA's form, ``GraphBuilder.conv_filter_grad``)
+its backward-weights primitive. The others (f64: oneDNN's CPU engine has no f64
+convolution; other input dilations, split into phases by ``SplitInputDilation`` after this
+pass; negative padding) keep the im2col lowering.
 Without oneDNN, or with ``DISC_ONEDNN_CONV=0``, nothing changes.
 
 At run time the module opens the library by the path seen at compile time (part of the
@@ -72,10 +74,11 @@ def cache_identity() -> dict[str, object]:
 
 def qualifies(op: Op) -> bool:
     """Whether a oneDNN convolution primitive computes convolution ``op``: f32, 1 to 3
-    spatial dims, no input dilation, padding >= 0 (any layouts: buffers are described by
-    their strides). The forward primitive runs it, or the backward-weights one when it is
-    a filter gradient in XLA's form (batch groups, or a "kernel" larger than the result:
-    chosen at run time, see ``disc_dnnl_convolution`` in ``csrc/onednn_conv.c``)."""
+    spatial dims, padding >= 0, no input dilation unless :func:`flipped_kernel` finds an
+    input gradient (any layouts: buffers are described by their strides). The forward
+    primitive runs it, or the backward-weights one when it is a filter gradient in XLA's
+    form (batch groups, or a "kernel" larger than the result: chosen at run time, see
+    ``disc_dnnl_convolution`` in ``csrc/onednn_conv.c``)."""
     a = op.attrs
     lhs, rhs = op.operands
     if lhs.dtype is not DType.F32 or rhs.dtype is not DType.F32:
@@ -83,9 +86,31 @@ def qualifies(op: Op) -> bool:
     sp = [ch for ch in a["input_layout"] if ch not in "NC"]
     if not 1 <= len(sp) <= 3:
         return False
-    if any(d != 1 for d in a["lhs_dilation"]):
+    if any(v < 0 for pair in a["padding"] for v in pair):
         return False
-    return all(v >= 0 for pair in a["padding"] for v in pair)
+    return all(d == 1 for d in a["lhs_dilation"]) or flipped_kernel(op) is not None
+
+
+def flipped_kernel(op: Op) -> Value | None:
+    """The unreversed kernel of an input-gradient convolution (``conv_input_grad``: the
+    output gradient dilated by the stride, convolved at stride 1 with the forward's kernel
+    reversed in space), for oneDNN's backward-data primitive; None for another form (no
+    groups, and each low padding at most the dilated kernel's extent - 1)."""
+    a = op.attrs
+    rhs = op.operands[1]
+    p = rhs.producer
+    kl = a["kernel_layout"]
+    spatial = sorted(kl.index(ch) for ch in kl if ch not in "OI")
+    if (p is None or p.name != "reverse" or sorted(p.attrs["dimensions"]) != spatial
+            or a["feature_group_count"] != 1 or a["batch_group_count"] != 1
+            or any(s != 1 for s in a["window_strides"])):
+        return None
+    sp = [ch for ch in a["input_layout"] if ch not in "NC"]
+    for j, ch in enumerate(sp):
+        k = rhs.shape[kl.index(ch)]
+        if not k.is_const or a["padding"][j][0] > (k.value - 1) * a["rhs_dilation"][j]:
+            return None
+    return p.operands[0]
 
 
 class UseOneDNNConvolutions(Pass):
@@ -108,6 +133,10 @@ def use_onednn_convolutions(graph: Graph) -> bool:
     def to_fused(op: Op, rw: Rewriter) -> Value | None:
         if op.name != "convolution" or not qualifies(op):
             return None
+        if any(d != 1 for d in op.attrs["lhs_dilation"]):  # an input gradient
+            kernel = flipped_kernel(op)
+            return rw.op("fused_convolution", op.operands[0], kernel, **op.attrs,
+                         activation="none", flip_kernel=True)
         return rw.op("fused_convolution", *op.operands, **op.attrs, activation="none")
 
     changed = rewrite_ops(graph, to_fused)
@@ -123,8 +152,9 @@ def use_onednn_convolutions(graph: Graph) -> bool:
             conv, other = op.operands[i], op.operands[1 - i]
             p = conv.producer
             if (p is None or p.name != "fused_convolution" or p.attrs["activation"] != "none"
-                    or p.attrs["batch_group_count"] != 1 or len(users.get(conv, [])) != 1
-                    or id(conv) in returned or conv.type != op.results[0].type):
+                    or p.attrs["batch_group_count"] != 1 or p.attrs["flip_kernel"]
+                    or len(users.get(conv, [])) != 1 or id(conv) in returned
+                    or conv.type != op.results[0].type):
                 continue
             if op.name == "add" and len(p.operands) == 2:
                 bias = _feature_bias(other, p.attrs["output_layout"].index("C"))
@@ -206,14 +236,16 @@ def emit_fused_convolution(op: Op, ptr: Callable[[Value], str], syms: Symbols
     dd, ds = dims(res, ol, "NC" + "".join(sp))
     lines = ["  {", "    disc_conv cd;", "    memset(&cd, 0, sizeof cd);",
              f"    cd.nsp = {len(sp)}; cd.fgc = {a['feature_group_count']}; "
-             f"cd.bgc = {a['batch_group_count']}; cd.act = {_ELTWISE[a['activation']]};"]
+             f"cd.bgc = {a['batch_group_count']}; cd.act = {_ELTWISE[a['activation']]}; "
+             f"cd.flip = {int(bool(a['flip_kernel']))};"]
     for name, vals in (("lhs", sd), ("lhs_st", ss), ("rhs", wd), ("rhs_st", ws), ("out", dd),
                        ("out_st", ds)):
         lines.append("    " + " ".join(f"cd.{name}[{i}] = {e};" for i, e in enumerate(vals)))
     for j in range(len(sp)):
         lo, hi = a["padding"][j]
         lines.append(f"    cd.stride[{j}] = {a['window_strides'][j]}; "
-                     f"cd.rdil[{j}] = {a['rhs_dilation'][j]}; cd.pad_lo[{j}] = {lo}; "
+                     f"cd.rdil[{j}] = {a['rhs_dilation'][j]}; "
+                     f"cd.ldil[{j}] = {a['lhs_dilation'][j]}; cd.pad_lo[{j}] = {lo}; "
                      f"cd.pad_hi[{j}] = {hi};")
     bptr = f"(void *){ptr(bias)}" if bias is not None else "NULL"
     lines += [f"    if (disc_dnnl_convolution({_c_string(lib)}, &cd, (void *){ptr(lhs)}, "

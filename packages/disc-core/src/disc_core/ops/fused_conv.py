@@ -8,7 +8,11 @@ a oneDNN primitive, where they are post-ops applied to the output while it is in
 The reference is the unfused computation, so the interpreter and every check see the same
 semantics as the ops it replaced.
 
-Activations: ``none``; ``relu`` = ``max(x, 0)``.
+Activations: ``none``; ``relu`` = ``max(x, 0)``. With ``flip_kernel`` the kernel is read
+with its taps reversed along every spatial dim: an input gradient's convolution
+(``GraphBuilder.conv_input_grad``) of the forward's kernel, which oneDNN's backward-data
+primitive computes from the kernel as it is (no reversed copy, no phase split of the
+stride's input dilation).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import Op, TensorType
-from ..opdef import STR, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
+from ..opdef import BOOL, STR, Attr, Ctx, Env, Fusion, LibraryCode, OpDef
 from ..shape_facts import Fact
 from .linalg import Convolution
 
@@ -34,14 +38,18 @@ class FusedConvolution(OpDef):
     operands = ("lhs", "rhs", "*bias")
     attrs = {**Convolution.attrs,
              "activation": Attr(STR, "none", choices=ACTIVATIONS,
-                                doc="applied after the bias: none or relu")}
+                                doc="applied after the bias: none or relu"),
+             "flip_kernel": Attr(BOOL, False,
+                                 doc="the kernel's taps are read in reverse along every "
+                                     "spatial dim (an input gradient's flipped kernel, "
+                                     "never materialized)")}
     traits = frozenset({"pure"})
     #: a library call of its own (oneDNN's convolution primitive, native/onednn_conv.py)
     fusion = Fusion.LIBRARY
 
     @staticmethod
     def _conv_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in attrs.items() if k != "activation"}
+        return {k: v for k, v in attrs.items() if k not in ("activation", "flip_kernel")}
 
     @classmethod
     def infer(cls, ctx: Ctx, attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -63,7 +71,11 @@ class FusedConvolution(OpDef):
     @classmethod
     def reference(cls, inputs: list[np.ndarray], attrs: Mapping[str, Any], env: Env
                   ) -> list[np.ndarray]:
-        y = Convolution.reference(inputs[:2], cls._conv_attrs(attrs), env)
+        lhs, rhs = inputs[:2]
+        if attrs.get("flip_kernel"):
+            kl = attrs["kernel_layout"]
+            rhs = np.flip(rhs, axis=[kl.index(ch) for ch in kl if ch not in "OI"])
+        y = Convolution.reference([lhs, np.ascontiguousarray(rhs)], cls._conv_attrs(attrs), env)
         y = y[0] if isinstance(y, list) else y
         if len(inputs) == 3:
             shape = [1] * y.ndim

@@ -22,7 +22,8 @@
 
    Problems (disc_dnnl_conv_desc) are plain arrays so that equal problems compare equal with
    memcmp. kind 0: forward, dst = act(conv(src, wei) + bias); kind 1: backward weights,
-   wei = d conv / d wei given diff_dst in ``dst``, bias (when not NULL) = its bias gradient. */
+   wei = d conv / d wei given diff_dst in ``dst``, bias (when not NULL) = its bias gradient;
+   kind 2: backward data, src = d conv / d src given diff_dst in ``dst``. */
 #ifndef DISC_DNNL_CONV_DEFINED
 #define DISC_DNNL_CONV_DEFINED
 #include <dlfcn.h>
@@ -40,12 +41,12 @@ typedef struct {
 typedef void *dnnl_h;
 typedef struct { int arg; dnnl_h memory; } disc_dnnl_arg;
 enum { DNNL_CPU = 1, DNNL_ANY = 1, DNNL_F32 = 3, DNNL_FWD_TRAINING = 64,
-       DNNL_FWD_INFERENCE = 96, DNNL_BWD_WEIGHTS = 192, DNNL_CONV_DIRECT = 1,
+       DNNL_FWD_INFERENCE = 96, DNNL_BWD_WEIGHTS = 192, DNNL_BWD_DATA = 160, DNNL_CONV_DIRECT = 1,
        DNNL_ELT_RELU = 32, DNNL_ELT_GELU_ERF = 49, DNNL_ELT_GELU_TANH = 43,
        DNNL_ELT_SWISH = 44, DNNL_ELT_LOGISTIC = 41,
        DNNL_Q_SRC = 129, DNNL_Q_DIFF_SRC = 130, DNNL_Q_WEI = 131, DNNL_Q_DIFF_WEI = 132,
        DNNL_Q_DST = 133, DNNL_Q_DIFF_DST = 134, DNNL_Q_IMPL = 8,
-       DNNL_ARG_SRC = 1, DNNL_ARG_DST = 17, DNNL_ARG_WEI = 33, DNNL_ARG_BIAS = 41,
+       DNNL_ARG_SRC = 1, DNNL_ARG_DIFF_SRC = 129, DNNL_ARG_DST = 17, DNNL_ARG_WEI = 33, DNNL_ARG_BIAS = 41,
        DNNL_ARG_DIFF_DST = 145, DNNL_ARG_DIFF_WEI = 161, DNNL_ARG_DIFF_BIAS = 169,
        DNNL_ARG_FROM = 1, DNNL_ARG_TO = 17 };
 
@@ -71,6 +72,9 @@ static struct {
   int (*conv_bwd_w)(dnnl_h *, dnnl_h, int, const void *, const void *, const void *,
                     const void *, const int64_t *, const int64_t *, const int64_t *,
                     const int64_t *, const void *, const void *);
+  int (*conv_bwd_d)(dnnl_h *, dnnl_h, int, const void *, const void *, const void *,
+                    const int64_t *, const int64_t *, const int64_t *, const int64_t *,
+                    const void *, const void *);
   int (*reorder)(dnnl_h *, const void *, dnnl_h, const void *, dnnl_h, const void *);
   const void *(*query_md)(const void *, int, int);
   int (*query)(const void *, int, int, void *);
@@ -123,6 +127,7 @@ static int disc_dnnl_load(const char *path, char *msg, size_t len) {
     {(void **)&disc_dnnl.po_eltwise, "dnnl_post_ops_append_eltwise"},
     {(void **)&disc_dnnl.conv_fwd, "dnnl_convolution_forward_primitive_desc_create"},
     {(void **)&disc_dnnl.conv_bwd_w, "dnnl_convolution_backward_weights_primitive_desc_create"},
+    {(void **)&disc_dnnl.conv_bwd_d, "dnnl_convolution_backward_data_primitive_desc_create"},
     {(void **)&disc_dnnl.reorder, "dnnl_reorder_primitive_desc_create"},
     {(void **)&disc_dnnl.query_md, "dnnl_primitive_desc_query_md"},
     {(void **)&disc_dnnl.query, "dnnl_primitive_desc_query"},
@@ -214,6 +219,16 @@ static int disc_dnnl_build(disc_dnnl_entry *e, const disc_dnnl_conv_desc *d) {
                                 disc_dnnl.query_md(e->pd, DNNL_Q_WEI, 0))
         || disc_dnnl_slot_setup(&e->slot[2], DNNL_ARG_DST, 1, nd, d->dst, d->dst_st,
                                 disc_dnnl.query_md(e->pd, DNNL_Q_DST, 0))) goto done;
+  } else if (d->kind == 2) {  /* src: diff_src (written), dst: diff_dst (read) */
+    if (disc_dnnl.conv_bwd_d(&e->pd, disc_dnnl_engine, DNNL_CONV_DIRECT, src_any, wei_any,
+                             dst_any, d->stride, d->dil, d->pad_l, d->pad_r, fwd_pd, attr))
+      goto done;
+    if (disc_dnnl_slot_setup(&e->slot[0], DNNL_ARG_DIFF_SRC, 1, nd, d->src, d->src_st,
+                             disc_dnnl.query_md(e->pd, DNNL_Q_DIFF_SRC, 0))
+        || disc_dnnl_slot_setup(&e->slot[1], DNNL_ARG_WEI, 0, wnd, wdims, wst,
+                                disc_dnnl.query_md(e->pd, DNNL_Q_WEI, 0))
+        || disc_dnnl_slot_setup(&e->slot[2], DNNL_ARG_DIFF_DST, 0, nd, d->dst, d->dst_st,
+                                disc_dnnl.query_md(e->pd, DNNL_Q_DIFF_DST, 0))) goto done;
   } else {
     if (disc_dnnl.conv_bwd_w(&e->pd, disc_dnnl_engine, DNNL_CONV_DIRECT, src_any, wei_any,
                              e->bias_md, dst_any, d->stride, d->dil, d->pad_l, d->pad_r,
@@ -278,6 +293,11 @@ static __attribute__((noinline)) int disc_dnnl_conv(const char *lib,
     if (d->kind == 1 && (nsrc == 0 || ndst == 0)) {  /* nothing summed: zero gradients */
       memset(wei, 0, (size_t)nwei * sizeof(float));  /* (contiguous: the op's own result) */
       if (bias) memset(bias, 0, (size_t)d->wei[0] * sizeof(float));
+      return 0;
+    }
+    if (d->kind == 2 && nsrc == 0) return 0;
+    if (d->kind == 2 && (ndst == 0 || nwei == 0)) {  /* nothing reaches the input */
+      memset(src, 0, (size_t)nsrc * sizeof(float));  /* (contiguous: the op's own result) */
       return 0;
     }
     if (d->kind == 0 && ndst == 0) return 0;
@@ -348,13 +368,13 @@ done:
   return rc;
 }
 
-/* A core ``convolution`` (ops/linalg.py; lhs_dilation 1) on buffers described by their
-   dims and strides in canonical order: lhs [N, C, sp...], rhs [O, I, sp...], out
-   [N, C, sp...]. */
+/* A core ``convolution`` (ops/linalg.py) on buffers described by their dims and strides
+   in canonical order: lhs [N, C, sp...], rhs [O, I, sp...], out [N, C, sp...]; with
+   ``flip`` its kernel is rhs with the taps reversed (fused_convolution's flip_kernel). */
 typedef struct {
-  int64_t nsp, fgc, bgc, act;
+  int64_t nsp, fgc, bgc, act, flip;  /* flip: the kernel's taps are read in reverse */
   int64_t lhs[5], lhs_st[5], rhs[5], rhs_st[5], out[5], out_st[5];
-  int64_t stride[3], rdil[3], pad_lo[3], pad_hi[3];
+  int64_t stride[3], rdil[3], ldil[3], pad_lo[3], pad_hi[3];
 } disc_conv;
 
 /* Runs core convolution ``c`` (out = act(conv(lhs, rhs) + bias)) as the oneDNN primitive
@@ -369,6 +389,29 @@ static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, cons
   disc_dnnl_conv_desc d;
   memset(&d, 0, sizeof d);
   d.nsp = c->nsp; d.act = c->act; d.has_bias = bias != NULL;
+  if (c->flip) {
+    /* an input gradient (builder.conv_input_grad): lhs is the output gradient dilated by
+       the forward stride (lhs_dilation), the kernel the forward's flipped with I and O
+       swapped. Output position p = o * s + t * d - pl with pl = (k - 1) * d - pad_lo, the
+       forward convolution's own relation: oneDNN's backward-data primitive, no phases */
+    if (c->fgc != 1 || c->bgc != 1 || bias || c->act) {
+      snprintf(msg, (size_t)len, "oneDNN: flipped kernel with groups or post-ops"); return 1;
+    }
+    d.kind = 2; d.groups = 1;
+    for (int i = 0; i < 2 + c->nsp; ++i) {
+      const int sw = i < 2 ? 1 - i : i;
+      d.src[i] = c->out[i]; d.src_st[i] = c->out_st[i];
+      d.dst[i] = c->lhs[i]; d.dst_st[i] = c->lhs_st[i];
+      d.wei[i] = c->rhs[sw]; d.wei_st[i] = c->rhs_st[sw];
+    }
+    for (int j = 0; j < c->nsp; ++j) {
+      const int64_t ext = (d.wei[2 + j] - 1) * c->rdil[j] + 1;
+      d.stride[j] = c->ldil[j]; d.dil[j] = c->rdil[j] - 1;
+      d.pad_l[j] = ext - 1 - c->pad_lo[j];
+      d.pad_r[j] = (d.dst[2 + j] - 1) * d.stride[j] + ext - d.src[2 + j] - d.pad_l[j];
+    }
+    return disc_dnnl_conv(lib, &d, out, rhs, NULL, lhs, msg, len, NULL);
+  }
   int64_t kern = 1, res = 1;
   for (int j = 0; j < c->nsp; ++j) { kern *= c->rhs[2 + j]; res *= c->out[2 + j]; }
   const int weights = c->bgc > 1 || (c->fgc == 1 && !bias && !c->act && kern > res);
