@@ -63,13 +63,17 @@ def cache_identity() -> dict[str, object]:
     """What the compile cache key adds for a graph with convolutions: the library they
     run in (a module built for oneDNN must not be reused where it is absent)."""
     path = onednn_conv_library()
-    if path is None:
-        return {"onednn_conv": None}
+    return {"onednn_conv": None if path is None else _file_identity(path)}
+
+
+@functools.lru_cache(maxsize=4)
+def _file_identity(path: str) -> list[object] | None:
+    """(path, size, mtime) of the library, once per process (keys are made per call)."""
     try:
         st = os.stat(path)
-        return {"onednn_conv": [path, st.st_size, int(st.st_mtime)]}
     except OSError:
-        return {"onednn_conv": None}
+        return None
+    return [path, st.st_size, int(st.st_mtime)]
 
 
 def qualifies(op: Op) -> bool:
