@@ -152,9 +152,18 @@ def g_layernorm_backward():
 CONV_FEATURES = 32
 
 
+def conv_engine() -> str:
+    """What DISC runs the convolution row in: oneDNN's convolution primitive (the library
+    eager's mkldnn convolutions run in) with bias and ReLU as post-ops when oneDNN is
+    installed, else im2col + one GEMM per image with bias and ReLU as its epilogue."""
+    from disc_core.native.onednn_conv import onednn_conv_library
+
+    return "oneDNN conv + post-ops" if onednn_conv_library() else "im2col + GEMM"
+
+
 def g_conv_bias_relu():
     """relu(conv3x3(x, w, padding 1) + bias) over [N, 32, H, W] with N, H, W symbolic: the
-    convolution row (im2col + one GEMM, the bias add and relu fused after it)."""
+    convolution row (see :func:`conv_engine` for what runs it)."""
     b = GraphBuilder("conv_bias_relu")
     N, Hs, Ws = b.symbol("N"), b.symbol("H"), b.symbol("W")
     f = CONV_FEATURES
@@ -281,7 +290,7 @@ def make_cases(quick: bool) -> dict[str, Case]:
              g_layernorm_backward, t_layernorm_backward, rows,
              lambda s, r: [_randn(r, *s, scale=2) + 1, _randn(r, *s), _randn(r, H)],
              lambda s: (3 * math.prod(s) + 3 * H) * F32, 1.0, (1, H), rtol=1e-3, atol=1e-3),
-        Case("conv_bias_relu", "relu(conv3x3 + bias) [4,32,S,S] (im2col + GEMM)",
+        Case("conv_bias_relu", f"relu(conv3x3 + bias) [4,32,S,S] ({conv_engine()})",
              g_conv_bias_relu, t_conv_bias_relu,
              [(4, CONV_FEATURES, s, s) for s in pick(CONV_HW)],
              lambda s, r: [_randn(r, *s), _randn(r, s[1], s[1], 3, 3, scale=0.1),

@@ -177,9 +177,10 @@ def test_convolution_with_lhs_dilation_and_strides(compiler, dtype) -> None:
                             RNG.standard_normal((3, 2, 3, 5)).astype(npt)])
 
 
-def test_convolution_with_batch_groups_and_symbolic_kernel(compiler) -> None:
+def test_convolution_with_batch_groups_and_symbolic_kernel(compiler, monkeypatch) -> None:
     """A symbolic kernel size with a static result (the filter-gradient shape), iterated
     over result positions, with batch groups: one GEMM per group."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     b = GraphBuilder("bgc")
     B, K = b.symbol("B"), b.symbol("K")
     x = b.input("x", "f32", [4, B, K])  # N=4 (two batch groups of 2), C=B, W=K
@@ -195,9 +196,10 @@ def test_convolution_with_batch_groups_and_symbolic_kernel(compiler) -> None:
     assert exe.artifact.metadata["native"]["fusion"]["librarycall"] == 2
 
 
-def test_patch_matrix_is_one_gather_for_symbolic_kernel_and_result(compiler) -> None:
+def test_patch_matrix_is_one_gather_for_symbolic_kernel_and_result(compiler, monkeypatch) -> None:
     """Kernel and result extents both symbolic: the patch matrix is one gather whose
     indices are iota arithmetic (no per-tap slices and no concatenation to copy)."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     b = GraphBuilder("symk")
     N, W, K = b.symbol("N"), b.symbol("W"), b.symbol("K")
     x = b.input("x", "f32", [N, 3, W])
@@ -228,11 +230,12 @@ def test_patch_matrix_is_one_gather_for_symbolic_kernel_and_result(compiler) -> 
     (3, (3, 2, 3), (2, 1, 3), [[2, 1], [1, 1], [0, 2]], 1, ("NCDHW", "OIDHW", "NCDHW")),
 ])
 def test_input_dilation_splits_into_one_convolution_per_phase(
-        compiler, dims, kernel, dilation, padding, groups, layouts) -> None:
+        compiler, dims, kernel, dilation, padding, groups, layouts, monkeypatch) -> None:
     """A convolution of an input dilated by s (a strided conv's input gradient, a
     transposed conv) is computed as s**dims ordinary convolutions, one per output phase,
     that skip the dilation's zeros: one GEMM per phase with taps, none for a phase
     without. Symbolic spatial sizes, sizes 1 and odd, checked against the interpreter."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     il, kl, ol = layouts
     b = GraphBuilder("phases")
     sp = [ch for ch in il if ch not in "NC"]

@@ -231,9 +231,10 @@ def conv_bias_relu(dt: str = "f32", c: int = 6, o: int = 5, stride: int = 1):
 
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_convolution_bias_relu_per_image(tmp_path, dt, stride) -> None:
+def test_convolution_bias_relu_per_image(tmp_path, dt, stride, monkeypatch) -> None:
     """NCHW convolution: one GEMM per image writes the output layout itself (no transpose
     pass), its weights shared across images, bias and ReLU fused into the GEMM."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     np_dt = np.float32 if dt == "f32" else np.float64
     g = conv_bias_relu(dt, stride=stride)
     fn = jit(g, cache=CompileCache(tmp_path))
@@ -259,9 +260,10 @@ def test_convolution_bias_relu_per_image(tmp_path, dt, stride) -> None:
     assert fusion_count(native) >= 2  # the gather prologue and the bias/ReLU epilogue
 
 
-def test_convolution_without_epilogue_makes_its_patches_in_blocks(compiler) -> None:
+def test_convolution_without_epilogue_makes_its_patches_in_blocks(compiler, monkeypatch) -> None:
     """A bare convolution (its output returned as is): the patch gather is still the
     GEMM's prologue, with no epilogue; 1-D, odd channel counts, empty and unit sizes."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     b = GraphBuilder("conv1d")
     N, L = b.symbol("N"), b.symbol("L")
     x, w = b.input("x", "f32", [N, 3, L]), b.input("w", "f32", [7, 3, 5])
@@ -275,11 +277,12 @@ def test_convolution_without_epilogue_makes_its_patches_in_blocks(compiler) -> N
         check(exe, g, [randn(n, 3, length), randn(7, 3, 5)], 1e-4)
 
 
-def test_weight_gradient_prologue_with_a_long_k(compiler) -> None:
+def test_weight_gradient_prologue_with_a_long_k(compiler, monkeypatch) -> None:
     """A convolution's weight gradient: a small C over K = every input position. Its patch
     gather is the GEMM's prologue; with several threads the helper makes the patches whole
     and splits K (blocks of C's columns would each read all of A again). Right either way,
     for large and tiny images."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     b = GraphBuilder("filter_grad")
     N, H = b.symbol("N"), b.symbol("H")
     x = b.input("x", "f32", [N, 3, H, H])
@@ -296,6 +299,7 @@ def test_weight_gradient_prologue_with_a_long_k(compiler) -> None:
 def test_module_split_into_units_keeps_fused_entries(tmp_path, monkeypatch) -> None:
     """Compiled as several translation units, the GEMM helper (with the host) calls the
     prologue and epilogue entries of kernels in other units through their prototypes."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     from disc_core.native import emit
 
     monkeypatch.setattr(emit, "SPLIT_MIN_CHARS", 1)
@@ -310,9 +314,10 @@ def test_module_split_into_units_keeps_fused_entries(tmp_path, monkeypatch) -> N
 
 
 @pytest.mark.parametrize("dt", ["f32", "f64"])
-def test_nhwc_convolution_makes_its_lhs_in_row_blocks(compiler, dt) -> None:
+def test_nhwc_convolution_makes_its_lhs_in_row_blocks(compiler, dt, monkeypatch) -> None:
     """NHWC (TensorFlow's layout): the patches are the GEMM's lhs, made per block of C's
     rows (the prologue), each block followed by bias and ReLU (the epilogue)."""
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     np_dt = np.float32 if dt == "f32" else np.float64
     b = GraphBuilder("nhwc")
     N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")

@@ -21,6 +21,7 @@ from disc_core.native.lower import (
     SplitReductions,
     backend_lowering,
 )
+from disc_core.native.onednn_conv import UseOneDNNConvolutions
 from disc_core.pipeline import compile_graph, fuse, lower, optimize
 from disc_runtime import CompileCache
 
@@ -87,17 +88,20 @@ def test_stop_after_lower_shows_the_backend_rewrites_as_named_passes() -> None:
     assert "transpose" not in r.text  # folded into the GEMM's flags
     assert "rhs_contract = [1]" in r.text
     assert r.text.count("reduce(") == 2  # one axis each
-    assert list(r.lower_passes) == ["split-input-dilation", "lower-convolutions",
-                                    "split-reductions", "canonicalize-dots"]
+    assert list(r.lower_passes) == ["use-onednn-convolutions", "split-input-dilation",
+                                    "lower-convolutions", "split-reductions",
+                                    "canonicalize-dots"]
     changed = {name for name, st in r.lower_passes.items() if st.changes}
     assert changed == {"split-reductions", "canonicalize-dots"}
     assert "transpose" in r.graph_text  # the optimized graph, as the artifact keeps it
 
 
-def test_lowering_passes_run_once_in_order() -> None:
+def test_lowering_passes_run_once_in_order(monkeypatch) -> None:
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     pm = backend_lowering()
-    assert [type(p) for p in pm.passes] == [SplitInputDilation, LowerConvolutions,
-                                            SplitReductions, CanonicalizeDots]
+    assert [type(p) for p in pm.passes] == [UseOneDNNConvolutions, SplitInputDilation,
+                                            LowerConvolutions, SplitReductions,
+                                            CanonicalizeDots]
     assert pm.max_iterations == 1 and not pm.verify_each
     g = conv_graph()
     lower(g)

@@ -79,6 +79,12 @@ CORE_OPTIONS = OptionTable("disc-core", (
            "CPU flash attention to it and its backward, and rewrites hand-written causal "
            "attention to SDPA before autograd; `0` keeps the unfused ops (GEMMs and softmax "
            "kernels; for comparisons).", parse=parse_bool, env_only=True),
+    Option("onednn_conv", "DISC_ONEDNN_CONV", True,
+           "f32 convolutions run as oneDNN convolution primitives (forward with the bias "
+           "add and ReLU after them fused as post-ops, filter gradients as backward "
+           "weights) when oneDNN is installed (`disc-runtime[onednn]`); `0` keeps the "
+           "im2col + GEMM lowering.",
+           parse=parse_bool, env_only=True),
 ), doc="Read by the compiler whatever bridge is used.")
 
 #: The option fields the bridges share: each bridge's config table takes the ones it offers

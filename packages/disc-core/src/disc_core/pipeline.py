@@ -97,6 +97,10 @@ def key_for(graph_text: str, input_types: Sequence[tuple[str, int]], *, target: 
     concrete size, so every shape of a rank shares one artifact. With fused attention
     off (``DISC_FUSED_ATTENTION=0``) the optimize stage builds another graph: its own key."""
     extra = {} if CORE_OPTIONS.value("fused_attention") else {"fused_attention": False}
+    if "convolution" in graph_text:  # where convolutions run: oneDNN or im2col + GEMM
+        from .native.onednn_conv import cache_identity
+
+        extra.update(cache_identity())
     return cache_key({**extra,
         "graph": hashlib.sha256(graph_text.encode()).hexdigest(),
         "inputs": [list(t) for t in input_types],

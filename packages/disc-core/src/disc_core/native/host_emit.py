@@ -26,7 +26,7 @@ from .fusion import (
 from .gemm_epilogue import setup_epilogue
 from .gemm_prologue import setup_prologue
 from .kernel_emit import vector_speculation
-from .library import emit_gemm, emit_scan, emit_scatter
+from .library import emit_gemm, emit_scan, emit_scatter, is_gemm
 
 
 def _is_constant(v: Value) -> bool:
@@ -343,6 +343,8 @@ def _profile_entry(step: object, done: list[dict]) -> dict:
     kind = {LibraryCall: "library", ScatterCall: "scatter", ScanCall: "scan"}[type(step)]
     op = step.op  # type: ignore[attr-defined]
     name = {"library": "gemm"}.get(kind, kind)
+    if kind == "library" and not is_gemm(op):  # a library op of its own (oneDNN conv...)
+        name = op.name
     n = sum(1 for e in done if e["kind"] == kind)
     if isinstance(step, LibraryCall) and (step.epilogue or step.prologue) is not None:
         shape = " x ".join(_shape_text(tuple(v.shape)) for v in op.operands[:2])

@@ -68,12 +68,19 @@ class CanonicalizeDots(Pass):
 def backend_lowering() -> PassManager:
     """The ``lower`` stage: the native backend's rewrites, each once and in this order.
 
+    Convolutions that oneDNN's primitives cover leave as ``fused_convolution`` first
+    (``onednn_conv.py``, only when oneDNN is installed; an input gradient's input dilation
+    included, so before the phase split).
+
     One iteration and no verification between passes, as these rewrites always ran: they
     are not a fixpoint system (each consumes what the previous one produced), and the
     fusion planner checks the forms it needs.
     """
-    return PassManager([SplitInputDilation(), LowerConvolutions(), SplitReductions(),
-                        CanonicalizeDots()], max_iterations=1, verify_each=False)
+    from .onednn_conv import UseOneDNNConvolutions
+
+    return PassManager([UseOneDNNConvolutions(), SplitInputDilation(), LowerConvolutions(),
+                        SplitReductions(), CanonicalizeDots()], max_iterations=1,
+                       verify_each=False)
 
 
 def split_reductions(graph: Graph) -> bool:

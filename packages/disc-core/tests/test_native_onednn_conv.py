@@ -1,0 +1,177 @@
+"""Convolutions through oneDNN's primitives (native/onednn_conv.py, csrc/onednn_conv.c):
+forward with the bias add and ReLU folded in as post-ops, input and filter gradients, any
+layout, groups, strides, dilation; checked against the reference interpreter on shapes of
+one compilation each, including empty and unit sizes. Skipped where oneDNN is not
+installed (the core's own environment): there the im2col lowering runs, which
+test_conv_grad.py and test_native_gemm_epilogue.py cover."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from disc_core import Compiler, GraphBuilder, interpret, jit
+from disc_core.native.lower import backend_lowering
+from disc_core.native.onednn_conv import onednn_conv_library
+from disc_runtime import CompileCache
+
+pytestmark = pytest.mark.skipif(onednn_conv_library() is None,
+                                reason="oneDNN not installed (disc-runtime[onednn])")
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory):
+    return Compiler(CompileCache(tmp_path_factory.mktemp("cache")), target="native")
+
+
+def lowered_ops(g) -> list[str]:
+    h = g.clone()
+    backend_lowering().run(h)
+    return [op.name for op in h.ops]
+
+
+def check(compiler, g, inputs, rtol=2e-4, atol=2e-4):
+    exe = compiler.compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    for got, want in zip(exe.run(inputs), interpret(g, inputs), strict=True):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return exe
+
+
+def conv_bias_relu(c: int, o: int, k: int, stride: int, pad: int, dil: int, groups: int,
+                   relu: bool = True, layouts=("NCHW", "OIHW", "NCHW")):
+    il, kl, ol = layouts
+    b = GraphBuilder("cbr")
+    N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
+    dims = {"N": N, "C": c, "H": H, "W": W}
+    x = b.input("x", "f32", [dims[ch] for ch in il])
+    kd = {"O": o, "I": c // groups, "H": k, "W": k}
+    w = b.input("w", "f32", [kd[ch] for ch in kl])
+    bias = b.input("bias", "f32", [o])
+    y = b.convolution(x, w, window_strides=[stride] * 2, padding=[[pad, pad]] * 2,
+                      lhs_dilation=[1, 1], rhs_dilation=[dil] * 2,
+                      feature_group_count=groups, batch_group_count=1, input_layout=il,
+                      kernel_layout=kl, output_layout=ol)
+    y = b.add(y, b.broadcast_in_dim(bias, shape=list(y.shape),
+                                    broadcast_dimensions=[ol.index("C")]))
+    if relu:
+        y = b.max(y, b.full(0.0, "f32", list(y.shape)))
+    return b.build(y)
+
+
+@pytest.mark.parametrize("c, o, k, stride, pad, dil, groups", [
+    (32, 32, 3, 1, 1, 1, 1),   # the benchmark's row
+    (3, 16, 7, 2, 3, 1, 1),    # a CNN stem
+    (16, 24, 1, 1, 0, 1, 1),   # pointwise
+    (16, 8, 1, 2, 0, 1, 1),    # strided 1x1 (negative right padding inside oneDNN)
+    (8, 16, 3, 1, 2, 2, 4),    # dilated, grouped
+    (8, 8, 3, 2, 1, 1, 8),     # depthwise, strided
+])
+def test_forward_with_bias_and_relu_is_one_primitive(compiler, c, o, k, stride, pad, dil,
+                                                     groups) -> None:
+    g = conv_bias_relu(c, o, k, stride, pad, dil, groups)
+    assert lowered_ops(g) == ["fused_convolution"]  # bias add and ReLU folded in
+    exe = None
+    for n, h, w in [(2, 9, 11), (1, 1, 1), (3, 16, 16), (0, 5, 5), (2, 0, 4), (1, 33, 7)]:
+        if (h + 2 * pad - dil * (k - 1) - 1) < 0 or (w + 2 * pad - dil * (k - 1) - 1) < 0:
+            continue  # the window does not fit: an error in the frameworks too
+        x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
+        wt = RNG.standard_normal((o, c // groups, k, k)).astype(np.float32)
+        bias = RNG.standard_normal(o).astype(np.float32)
+        exe = check(compiler, g, [x, wt, bias])
+    assert exe is not None and compiler.stats.compiles >= 1
+    assert exe.artifact.metadata["native"]["fusion"] == {"librarycall": 1}
+
+
+def test_one_compilation_serves_every_shape(tmp_path) -> None:
+    g = conv_bias_relu(4, 6, 3, 1, 1, 1, 1)
+    fn = jit(g, cache=CompileCache(tmp_path))
+    for n, h, w in [(1, 5, 5), (2, 8, 3), (4, 17, 9), (1, 2, 30)]:
+        inputs = [RNG.standard_normal((n, 4, h, w)).astype(np.float32),
+                  RNG.standard_normal((6, 4, 3, 3)).astype(np.float32),
+                  RNG.standard_normal(6).astype(np.float32)]
+        np.testing.assert_allclose(fn(*inputs)[0], interpret(g, inputs)[0], rtol=2e-4,
+                                   atol=2e-4)
+    assert fn.stats.compiles == 1
+
+
+def test_other_layouts_are_read_through_their_strides(compiler) -> None:
+    """NHWC input and output, HWIO kernel (TensorFlow's layouts): no transposes."""
+    g = conv_bias_relu(5, 7, 3, 2, 1, 1, 1, layouts=("NHWC", "HWIO", "NHWC"))
+    assert lowered_ops(g) == ["fused_convolution"]
+    for n, h, w in [(2, 9, 6), (1, 1, 1)]:
+        check(compiler, g, [RNG.standard_normal((n, h, w, 5)).astype(np.float32),
+                            RNG.standard_normal((3, 3, 5, 7)).astype(np.float32),
+                            RNG.standard_normal(7).astype(np.float32)])
+
+
+def test_relu_stays_apart_when_its_input_is_also_used(compiler) -> None:
+    """The pre-activation is returned too (a training forward saves it): only the bias is
+    folded, the ReLU runs as a kernel over the convolution's output."""
+    b = GraphBuilder("two_uses")
+    N, H = b.symbol("N"), b.symbol("H")
+    x = b.input("x", "f32", [N, 3, H, H])
+    w = b.input("w", "f32", [4, 3, 3, 3])
+    y = b.convolution(x, w, window_strides=[1, 1], padding=[[1, 1], [1, 1]],
+                      lhs_dilation=[1, 1], rhs_dilation=[1, 1], feature_group_count=1,
+                      batch_group_count=1, input_layout="NCHW", kernel_layout="OIHW",
+                      output_layout="NCHW")
+    r = b.max(y, b.full(0.0, "f32", list(y.shape)))
+    g = b.build(y, r)
+    ops = lowered_ops(g)
+    assert ops.count("fused_convolution") == 1 and "max" in ops
+    check(compiler, g, [RNG.standard_normal((2, 3, 6, 6)).astype(np.float32),
+                        RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("stride, pad, dil, groups", [(1, 1, 1, 1), (2, 1, 1, 1),
+                                                      (1, 2, 2, 2), (2, 0, 1, 1)])
+def test_gradients_run_in_onednn(compiler, stride, pad, dil, groups) -> None:
+    """The input gradient (a forward convolution of the flipped kernel; a strided one
+    oneDNN's backward-data primitive) and the filter gradient (XLA's form: batch and
+    features swapped, a kernel of the output's run-time size: oneDNN's backward-weights
+    primitive)."""
+    b = GraphBuilder("grads")
+    N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
+    c, o, k = 4, 6, 3
+    x = b.input("x", "f32", [N, c, H, W])
+    w = b.input("w", "f32", [o, c // groups, k, k])
+    kw = dict(window_strides=[stride] * 2, padding=[[pad, pad]] * 2, rhs_dilation=[dil] * 2,
+              feature_group_count=groups, input_layout="NCHW", kernel_layout="OIHW",
+              output_layout="NCHW")
+    y = b.convolution(x, w, lhs_dilation=[1, 1], batch_group_count=1, **kw)
+    dy = b.input("dy", "f32", list(y.shape))
+    dx = b.conv_input_grad(dy, w, x.shape, **kw)
+    dw = b.conv_filter_grad(x, dy, w.shape, **kw)
+    g = b.build(dx, dw)
+    h = g.clone()
+    backend_lowering().run(h)
+    convs = [op for op in h.ops if op.name == "fused_convolution"]
+    assert len(convs) == 2 and "gather" not in [op.name for op in h.ops]  # no im2col left
+    # a strided input gradient: one backward-data primitive over the unreversed kernel,
+    # not one convolution per phase of the stride's input dilation
+    assert [op.attrs["flip_kernel"] for op in convs].count(True) == int(stride > 1)
+    out = lambda n: (n + 2 * pad - dil * (k - 1) - 1) // stride + 1  # noqa: E731
+    for n, h, wd in [(2, 8, 9), (1, 5, 5), (3, 12, 7)]:
+        check(compiler, g, [RNG.standard_normal((n, c, h, wd)).astype(np.float32),
+                            RNG.standard_normal((o, c // groups, k, k)).astype(np.float32),
+                            RNG.standard_normal((n, o, out(h), out(wd))).astype(np.float32)],
+              rtol=1e-3, atol=1e-3)
+
+
+def test_f64_and_the_option_keep_the_im2col_lowering(monkeypatch) -> None:
+    """oneDNN's CPU engine has no f64 convolution; DISC_ONEDNN_CONV=0 turns it off."""
+    b = GraphBuilder("f64")
+    N = b.symbol("N")
+    x = b.input("x", "f64", [N, 2, 5, 5])
+    w = b.input("w", "f64", [3, 2, 3, 3])
+    y = b.convolution(x, w, window_strides=[1, 1], padding=[[1, 1], [1, 1]],
+                      lhs_dilation=[1, 1], rhs_dilation=[1, 1], feature_group_count=1,
+                      batch_group_count=1, input_layout="NCHW", kernel_layout="OIHW",
+                      output_layout="NCHW")
+    assert "fused_convolution" not in lowered_ops(b.build(y))
+    g = conv_bias_relu(4, 6, 3, 1, 1, 1, 1)
+    monkeypatch.setenv("DISC_ONEDNN_CONV", "0")
+    assert "fused_convolution" not in lowered_ops(g)
