@@ -337,3 +337,18 @@ def test_nhwc_convolution_makes_its_lhs_in_row_blocks(compiler, dt, monkeypatch)
     for n, h, wd in [(1, 1, 1), (2, 5, 7), (0, 3, 3), (3, 0, 4), (4, 33, 18), (8, 64, 64)]:
         check(exe, g, [randn(n, h, wd, 6, dtype=np_dt), randn(3, 3, 6, 5, dtype=np_dt),
                        randn(5, dtype=np_dt)], tol)
+
+
+def test_gemm_fusion_off_runs_the_gemm_and_its_consumer_apart(tmp_path, monkeypatch) -> None:
+    """``DISC_GEMM_FUSION=0`` (for comparisons): the GEMM is one library call, its consumer a
+    kernel of its own, the results the same, under another compile-cache key."""
+    g = linear("gelu", "f32")
+    ins = [randn(3, 77, 48), randn(48, 40), randn(40), randn(3, 77, 40)]
+    fused = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    monkeypatch.setenv("DISC_GEMM_FUSION", "0")
+    apart = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    assert plan(fused) == {"librarycall": 1, "gemm_epilogue": 1}
+    assert plan(apart) == {"librarycall": 1, "loop": 1}
+    assert apart.artifact.key != fused.artifact.key
+    for exe in (fused, apart):
+        check(exe, g, ins, 1e-4)

@@ -51,7 +51,8 @@ def test_core_table_is_what_the_compiler_reads(monkeypatch) -> None:
                                        "bisect_clusters": "DISC_BISECT_CLUSTERS",
                                        "bisect_dump": "DISC_BISECT_DUMP",
                                        "fused_attention": "DISC_FUSED_ATTENTION",
-                                       "onednn_conv": "DISC_ONEDNN_CONV"}
+                                       "onednn_conv": "DISC_ONEDNN_CONV",
+                                       "gemm_fusion": "DISC_GEMM_FUSION"}
     monkeypatch.setenv("DISC_COMPILE_UNITS", "3")
     assert native_build.compile_units() == 3
     monkeypatch.setenv("DISC_COMPILE_UNITS", "many")

@@ -85,6 +85,12 @@ CORE_OPTIONS = OptionTable("disc-core", (
            "weights) when oneDNN is installed (`disc-runtime[onednn]`); `0` keeps the "
            "im2col + GEMM lowering.",
            parse=parse_bool, env_only=True),
+    Option("gemm_fusion", "DISC_GEMM_FUSION", True,
+           "GEMM prologues and epilogues: a kernel that makes a GEMM's operand or consumes "
+           "its output runs inside the GEMM step, on blocks of rows while they are in "
+           "cache; `0` runs every GEMM as one library call and those kernels as steps of "
+           "their own (for comparisons).",
+           parse=parse_bool, env_only=True),
 ), doc="Read by the compiler whatever bridge is used.")
 
 #: The option fields the bridges share: each bridge's config table takes the ones it offers

@@ -52,12 +52,11 @@ from .native.build import (
     emit_native,
     lower_native,
     native_build,
+    native_plan,
     native_target,
 )
 from .native.emit import ModuleInfo
-from .native.fusion import FusionPlan, Kernel, NativeUnsupported, plan_fusion
-from .native.gemm_epilogue import fuse_gemm_epilogues
-from .native.gemm_prologue import fuse_gemm_prologues
+from .native.fusion import FusionPlan, Kernel, NativeUnsupported
 from .native.lower import backend_lowering
 from .options import CORE_OPTIONS
 from .parser import parse_graph
@@ -97,6 +96,8 @@ def key_for(graph_text: str, input_types: Sequence[tuple[str, int]], *, target: 
     concrete size, so every shape of a rank shares one artifact. With fused attention
     off (``DISC_FUSED_ATTENTION=0``) the optimize stage builds another graph: its own key."""
     extra = {} if CORE_OPTIONS.value("fused_attention") else {"fused_attention": False}
+    if not CORE_OPTIONS.value("gemm_fusion"):  # another fusion plan: another module
+        extra["gemm_fusion"] = False
     if "convolution" in graph_text:  # where convolutions run: oneDNN or im2col + GEMM
         from .native.onednn_conv import cache_identity
 
@@ -135,7 +136,7 @@ def lower(graph: Graph, *, stats: dict[str, PassStats] | None = None) -> Graph:
 
 def fuse(graph: Graph) -> FusionPlan:
     """``fuse``: the fusion plan of a lowered graph (kernels, GEMM calls, aliases...)."""
-    return fuse_gemm_epilogues(fuse_gemm_prologues(plan_fusion(graph), graph))
+    return native_plan(graph)
 
 
 def emit(graph: Graph, plan: FusionPlan, *, caller_busy: bool = False) -> ModuleInfo:

@@ -157,13 +157,22 @@ def native_build(info: ModuleInfo, plan: FusionPlan, module: CompiledModule, dat
     return NativeBuild({MODULE_FILE: data, **sources}, meta)
 
 
+def native_plan(graph: Graph) -> FusionPlan:
+    """The fusion plan of a lowered graph: kernels and library calls, with GEMM prologues
+    and epilogues folded into their GEMMs unless ``DISC_GEMM_FUSION=0``."""
+    plan = plan_fusion(graph)
+    if not CORE_OPTIONS.value("gemm_fusion"):
+        return plan
+    return fuse_gemm_epilogues(fuse_gemm_prologues(plan, graph))
+
+
 def build_native(graph: Graph, *, vector_report: bool = False,
                  compiling: Callable[[], None] | None = None) -> NativeBuild:
     """Lower, fuse, emit and compile ``graph``; ``compiling`` is called when the C
     compiler starts (see ``Compiler.compile_traced``)."""
     t0 = time.perf_counter()
     lower_native(graph)
-    plan = fuse_gemm_epilogues(fuse_gemm_prologues(plan_fusion(graph), graph))
+    plan = native_plan(graph)
     info = emit_native(graph, plan, caller_busy=compiling is not None)
     with tempfile.TemporaryDirectory(prefix="disc-build-") as tmp:
         module = compile_native(info, Path(tmp), vector_report=vector_report,
