@@ -11,13 +11,12 @@ call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..dtypes import DType
 from ..ir import Op, Value
 from ..opdef import LibraryCode
-from ..ops.attention import logical_operand_shapes
-from ..symbolic import product
+from ..symbolic import Expr, product
 from .ccommon import Symbols, c_source, strides
 from .cexpr import ctype
 from .fusion import NativeUnsupported
@@ -41,11 +40,14 @@ def attention_helper(dt: DType) -> str:
             + "".join(f"#undef {k}\n" for k in params))
 
 
-def emit_attention(op: Op, ptr: Callable[[Value], str], syms: Symbols) -> LibraryCode:
+def emit_attention(op: Op, shapes: Sequence[tuple[Expr, ...]], ptr: Callable[[Value], str],
+                   syms: Symbols) -> LibraryCode:
     """The host lines running ``op`` (``attention`` or ``attention_grad``, told apart by
-    their operand count's fixed part: 3 or 6 tensors before the optional mask)."""
+    their operand count's fixed part: 3 or 6 tensors before the optional mask); ``shapes``:
+    its operands' shapes in the logical layout (``ops.attention.logical_operand_shapes``,
+    passed in by the op so this module does not import it back)."""
     q, k, v = op.operands[:3]
-    qs, ks, vs = logical_operand_shapes(op)[:3]
+    qs, ks, vs = shapes[:3]
     dt = q.dtype
     if dt not in _PARAMS:
         raise NativeUnsupported(f"{op.name} on {dt.short} (the kernels cover f32 and f64)")

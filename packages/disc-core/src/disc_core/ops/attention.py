@@ -240,7 +240,7 @@ class Attention(OpDef):
     def library_call(cls, op: Op, ptr: Any, syms: Any) -> LibraryCode:
         from ..native.attention_emit import emit_attention
 
-        return emit_attention(op, ptr, syms)
+        return emit_attention(op, logical_operand_shapes(op), ptr, syms)
 
 
 class AttentionGrad(OpDef):
@@ -315,4 +315,4 @@ class AttentionGrad(OpDef):
     def library_call(cls, op: Op, ptr: Any, syms: Any) -> LibraryCode:
         from ..native.attention_emit import emit_attention
 
-        return emit_attention(op, ptr, syms)
+        return emit_attention(op, logical_operand_shapes(op), ptr, syms)

@@ -410,40 +410,60 @@ static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, cons
       d.pad_l[j] = ext - 1 - c->pad_lo[j];
       d.pad_r[j] = (d.dst[2 + j] - 1) * d.stride[j] + ext - d.src[2 + j] - d.pad_l[j];
     }
+    /* a forward whose windows left the input's last positions unread (VALID padding with
+       a stride that does not divide the extent, or an explicit high padding below it):
+       those positions get no gradient and oneDNN takes no negative padding. The primitive
+       writes the covered part (the same strides, fewer positions) of a zeroed result. */
+    int tail = 0;
+    for (int j = 0; j < c->nsp; ++j) {
+      if (d.pad_r[j] < 0) { d.src[2 + j] += d.pad_r[j]; d.pad_r[j] = 0; tail = 1; }
+    }
+    if (tail) {
+      int64_t n = 1;
+      for (int i = 0; i < 2 + c->nsp; ++i) n *= c->out[i];
+      memset(out, 0, (size_t)n * sizeof(float));  /* (contiguous: the op's own result) */
+      for (int j = 0; j < c->nsp; ++j) if (d.src[2 + j] <= 0) return 0;
+    }
     return disc_dnnl_conv(lib, &d, out, rhs, NULL, lhs, msg, len, NULL);
   }
   int64_t kern = 1, res = 1;
   for (int j = 0; j < c->nsp; ++j) { kern *= c->rhs[2 + j]; res *= c->out[2 + j]; }
   const int weights = c->bgc > 1 || (c->fgc == 1 && !bias && !c->act && kern > res);
-  if (!weights) {
-    if (c->bgc > 1) { snprintf(msg, (size_t)len, "oneDNN: batch-grouped convolution"); return 1; }
-    d.kind = 0; d.groups = c->fgc;
+  if (weights) {
+    /* the weight-gradient form: src = lhs with N and C swapped, diff_dst = rhs with O and
+       I swapped, diff_weights = out with N and C swapped */
+    d.kind = 1; d.groups = c->bgc;
     for (int i = 0; i < 2 + c->nsp; ++i) {
-      d.src[i] = c->lhs[i]; d.src_st[i] = c->lhs_st[i];
-      d.wei[i] = c->rhs[i]; d.wei_st[i] = c->rhs_st[i];
-      d.dst[i] = c->out[i]; d.dst_st[i] = c->out_st[i];
+      const int sw = i < 2 ? 1 - i : i;
+      d.src[i] = c->lhs[sw]; d.src_st[i] = c->lhs_st[sw];
+      d.dst[i] = c->rhs[sw]; d.dst_st[i] = c->rhs_st[sw];
+      d.wei[i] = c->out[sw]; d.wei_st[i] = c->out_st[sw];
     }
     for (int j = 0; j < c->nsp; ++j) {
-      d.stride[j] = c->stride[j]; d.dil[j] = c->rdil[j] - 1;
-      d.pad_l[j] = c->pad_lo[j]; d.pad_r[j] = c->pad_hi[j];
+      d.stride[j] = c->rdil[j]; d.dil[j] = c->stride[j] - 1; d.pad_l[j] = c->pad_lo[j];
+      /* the right padding that makes the forward's output exactly the gradient's size */
+      d.pad_r[j] = (d.dst[2 + j] - 1) * d.stride[j] + (d.wei[2 + j] - 1) * c->stride[j] + 1
+                   - d.src[2 + j] - d.pad_l[j];
     }
-    return disc_dnnl_conv(lib, &d, lhs, rhs, bias, out, msg, len, NULL);
+    /* a forward convolution whose kernel outgrows its result (a tiny image) is tried in
+       this form first; where oneDNN finds it inconsistent (strides, paddings), it runs
+       as the forward it is (nothing was written) */
+    const int rc = disc_dnnl_conv(lib, &d, lhs, out, NULL, rhs, msg, len, NULL);
+    if (rc == 0 || c->bgc > 1) return rc;  /* batch groups have no forward form */
+    memset(&d, 0, sizeof d);
+    d.nsp = c->nsp; d.act = c->act; d.has_bias = bias != NULL;
   }
-  /* the weight-gradient form: src = lhs with N and C swapped, diff_dst = rhs with O and
-     I swapped, diff_weights = out with N and C swapped */
-  d.kind = 1; d.groups = c->bgc;
+  if (c->bgc > 1) { snprintf(msg, (size_t)len, "oneDNN: batch-grouped convolution"); return 1; }
+  d.kind = 0; d.groups = c->fgc;
   for (int i = 0; i < 2 + c->nsp; ++i) {
-    const int sw = i < 2 ? 1 - i : i;
-    d.src[i] = c->lhs[sw]; d.src_st[i] = c->lhs_st[sw];
-    d.dst[i] = c->rhs[sw]; d.dst_st[i] = c->rhs_st[sw];
-    d.wei[i] = c->out[sw]; d.wei_st[i] = c->out_st[sw];
+    d.src[i] = c->lhs[i]; d.src_st[i] = c->lhs_st[i];
+    d.wei[i] = c->rhs[i]; d.wei_st[i] = c->rhs_st[i];
+    d.dst[i] = c->out[i]; d.dst_st[i] = c->out_st[i];
   }
   for (int j = 0; j < c->nsp; ++j) {
-    d.stride[j] = c->rdil[j]; d.dil[j] = c->stride[j] - 1; d.pad_l[j] = c->pad_lo[j];
-    /* the right padding that makes the forward's output exactly the gradient's size */
-    d.pad_r[j] = (d.dst[2 + j] - 1) * d.stride[j] + (d.wei[2 + j] - 1) * c->stride[j] + 1
-                 - d.src[2 + j] - d.pad_l[j];
+    d.stride[j] = c->stride[j]; d.dil[j] = c->rdil[j] - 1;
+    d.pad_l[j] = c->pad_lo[j]; d.pad_r[j] = c->pad_hi[j];
   }
-  return disc_dnnl_conv(lib, &d, lhs, out, NULL, rhs, msg, len, NULL);
+  return disc_dnnl_conv(lib, &d, lhs, rhs, bias, out, msg, len, NULL);
 }
 #endif
