@@ -54,6 +54,20 @@ def _wrap(how: str, net: Net):
         disc_paddle.disable()
 
 
+def step_matches(model, net, ref, rows: int) -> None:
+    """One loss and backward of ``model`` (wrapping ``net``) and of the plain ``ref`` on a
+    batch of ``rows``: the losses and every parameter's gradient agree within 1e-5."""
+    rng = np.random.default_rng(rows)
+    x = paddle.to_tensor(rng.standard_normal((rows, 6)).astype(np.float32))
+    loss, want = (model(x) ** 2).mean(), (ref(x) ** 2).mean()
+    loss.backward()
+    want.backward()
+    np.testing.assert_allclose(loss.numpy(), want.numpy(), rtol=1e-5)
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        g, h = p.grad.numpy(), q.grad.numpy()
+        assert np.linalg.norm(g - h) <= 1e-5 * max(np.linalg.norm(h), 1e-6), name
+
+
 @pytest.mark.parametrize("how", ["compile-outer", "compile-inner", "to_static-outer",
                                  "enable-outer"])
 def test_data_parallel_model_trains_like_paddle(how: str) -> None:
@@ -66,15 +80,7 @@ def test_data_parallel_model_trains_like_paddle(how: str) -> None:
     opt = paddle.optimizer.SGD(0.1, parameters=model.parameters())
     ref_opt = paddle.optimizer.SGD(0.1, parameters=ref.parameters())
     for rows in (5, 1, 17, 2, 64):
-        rng = np.random.default_rng(rows)
-        x = paddle.to_tensor(rng.standard_normal((rows, 6)).astype(np.float32))
-        loss, want = (model(x) ** 2).mean(), (ref(x) ** 2).mean()
-        loss.backward()
-        want.backward()
-        np.testing.assert_allclose(loss.numpy(), want.numpy(), rtol=1e-5)
-        for (name, p), q in zip(net.named_parameters(), ref.parameters()):
-            g, h = p.grad.numpy(), q.grad.numpy()
-            assert np.linalg.norm(g - h) <= 1e-5 * max(np.linalg.norm(h), 1e-6), name
+        step_matches(model, net, ref, rows)
         opt.step()
         ref_opt.step()
         opt.clear_grad()
@@ -102,15 +108,8 @@ def test_sot_capture_under_data_parallel(monkeypatch) -> None:
     model = disc_paddle.compile(_data_parallel(net), full_graph=False, min_cluster_size=1)
     before = len([g for g in disc_paddle.report().graphs if g.name.startswith("Net")])
     for rows in (5, 1, 17, 2):
-        rng = np.random.default_rng(rows)
-        x = paddle.to_tensor(rng.standard_normal((rows, 6)).astype(np.float32))
-        loss, want = (model(x) ** 2).mean(), (ref(x) ** 2).mean()
-        loss.backward()
-        want.backward()
-        np.testing.assert_allclose(loss.numpy(), want.numpy(), rtol=1e-5)
-        for (name, p), q in zip(net.named_parameters(), ref.parameters()):
-            g, h = p.grad.numpy(), q.grad.numpy()
-            assert np.linalg.norm(g - h) <= 1e-5 * max(np.linalg.norm(h), 1e-6), name
+        step_matches(model, net, ref, rows)
+        for p, q in zip(net.parameters(), ref.parameters()):
             p.clear_gradient()
             q.clear_gradient()
     graphs = [g for g in disc_paddle.report().graphs if g.name.startswith("Net")][before:]

@@ -43,8 +43,8 @@ from .fusion import (
 from .kernel_emit import transposed_innermost, vector_speculation
 from .library import gemm_layout
 
-__all__ = ["epilogue_rows", "epilogue_source", "fuse_gemm_epilogues", "rows_entries",
-           "setup_epilogue"]
+__all__ = ["epilogue_rows", "epilogue_source", "forwarding_entries", "fuse_gemm_epilogues",
+           "rows_entries", "setup_epilogue"]
 
 
 def fuse_gemm_epilogues(plan: FusionPlan) -> FusionPlan:
@@ -156,12 +156,20 @@ def rows_entries(k: Kernel, variants: list[str], decls: list[str]) -> tuple[str,
     helper calls (``disc_epi_fn``: tensors as an array, rows [lo, hi)), forwarding to the
     version's ``_part``; and their prototypes (for a module split into units)."""
     casts = [f"({pointee(d)} *)p[{j}]" for j, d in enumerate(decls)]
-    args = ", ".join(casts + ["S", "lo", "hi"])
+    return forwarding_entries(k, variants, "rows", "", ", ".join(casts + ["S", "lo", "hi"]))
+
+
+def forwarding_entries(k: Kernel, variants: list[str], suffix: str, extra_params: str,
+                       args: str) -> tuple[str, list[str]]:
+    """``DISC_ENTRY void kernel<id>_<variant>_<suffix>(void *const *p, S, lo, hi
+    <extra_params>)`` for each version of ``k``, each calling the version's ``_part`` with
+    ``args``; and their prototypes. The GEMM helper calls kernels through these fixed
+    signatures (epilogue rows, prologue blocks)."""
     src, protos = [], []
     for variant in variants:
         fn = f"kernel{k.id}_{variant}"
-        sig = (f"DISC_ENTRY void {fn}_rows(void *const *p, const int64_t *restrict S, "
-               "int64_t lo, int64_t hi)")
+        sig = (f"DISC_ENTRY void {fn}_{suffix}(void *const *p, const int64_t *restrict S, "
+               f"int64_t lo, int64_t hi{extra_params})")
         src.append(f"{sig} {{\n  {fn}_part({args});\n}}\n")
         protos.append(sig + ";")
     return "\n".join(src), protos

@@ -30,7 +30,13 @@ from ..ir import Graph, Op, Value
 from ..symbolic import Expr, product
 from .ccommon import ModuleInfo, Symbols
 from .fusion import Alias, FusionPlan, Kernel, LibraryCall, Step, _order_steps, step_values
-from .gemm_epilogue import _alias_group, epilogue_source, pointee, version_choice
+from .gemm_epilogue import (
+    _alias_group,
+    epilogue_source,
+    forwarding_entries,
+    pointee,
+    version_choice,
+)
 from .gemm_operands import batch_shared_source
 from .kernel_emit import transposed_innermost
 from .library import gemm_layout
@@ -145,14 +151,7 @@ def into_entries(k: Kernel, variants: list[str], decls: list[str], syms: Symbols
     out_ty = pointee(decls[-1])
     cols = syms.c(k.space[-1])
     args = ", ".join(casts + [f"({out_ty} *)dst - lo * ({cols})", "S", "lo", "hi"])
-    src, protos = [], []
-    for variant in variants:
-        fn = f"kernel{k.id}_{variant}"
-        sig = (f"DISC_ENTRY void {fn}_into(void *const *p, const int64_t *restrict S, "
-               "int64_t lo, int64_t hi, void *dst)")
-        src.append(f"{sig} {{\n  {fn}_part({args});\n}}\n")
-        protos.append(sig + ";")
-    return "\n".join(src), protos
+    return forwarding_entries(k, variants, "into", ", void *dst", args)
 
 
 def setup_prologue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols,
