@@ -147,7 +147,10 @@ def test_rows_blocks_and_after_paths(compiler) -> None:
     empty_k = [randn(33, 0), randn(0, 20), randn(20)]
     check(exe, g, empty_k, 0)
     assert counters(exe, empty_k) == {"kernel0.after_gemm": 1}
-    for shape in [(0, 3, 4), (5, 3, 0), (1, 1, 1), (17, 9, 1)]:
+    # wide rows: blocks of at most 256 (N = 1024) or 262 (N = 1000) rows whose count is
+    # raised to a multiple of the threads (612 rows: 4 blocks of 153, not 256 + 256 + 100)
+    for shape in [(0, 3, 4), (5, 3, 0), (1, 1, 1), (17, 9, 1), (612, 32, 1024),
+                  (613, 8, 1000), (3, 5, 2048)]:
         m, k, n = shape
         check(exe, g, [randn(m, k), randn(k, n), randn(n)], 1e-4)
 
