@@ -49,6 +49,25 @@
 #ifndef ATT_BWD_BK
 #define ATT_BWD_BK 128
 #endif
+/* causal: a block that crosses the diagonal runs its products in bands of ATT_DIAG query
+   rows, each over the keys its last row sees, so only a band's own triangle above the
+   diagonal is computed and thrown away (half of a whole block otherwise: 27% of the
+   forward's products at S = 153) */
+#ifndef ATT_LANES
+#define ATT_LANES 16
+#endif
+#ifndef ATT_DIAG
+#define ATT_DIAG 16
+#endif
+/* the kernels' row loops (scale, mask, max, exp and sum over a block row) in 16-lane
+   vectors where the CPU has AVX-512: the module's default prefers 8 lanes (generated row
+   kernels measured faster so on short rows), but these loops run over whole key blocks
+   and with 8 lanes took a third of the forward at S = 768 */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define ATT_WIDE __attribute__((target("prefer-vector-width=512")))
+#else
+#define ATT_WIDE
+#endif
 #define ATT_CAT2(a, b) a##_##b
 #define ATT_CAT(a, b) ATT_CAT2(a, b)
 /* the offset of batch*head index bh in a mask whose batch dims have strides mbs (0 where
@@ -98,8 +117,28 @@ static inline void ATT_GEMM(const disc_env *env, int ta, int tb, int64_t M, int6
       B, &ldb, A, &lda, &beta, C, &ldc, 1, 1);
 }
 
+/* Narrows [*kbeg, *kend) to the keys that rows rows of the mask at M (row stride mrs,
+   key stride mcs) leave unmasked anywhere: a key padding mask's -inf tail (or head) is
+   then neither multiplied nor exponentiated. A mask broadcast along the keys (mcs 0) is
+   left alone. */
+static inline void ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(const ATT_T *M, int64_t rows,
+    int64_t mrs, int64_t mcs, int64_t *kbeg, int64_t *kend) {
+  if (mcs != 1) return;
+  int64_t lo = *kend, hi = *kbeg;
+  for (int64_t i = 0; i < rows && (lo > *kbeg || hi < *kend); ++i) {
+    const ATT_T *m = M + i * mrs;
+    int64_t a = *kbeg, b = *kend;
+    while (a < lo && m[a] == -INFINITY) ++a;  /* a < lo: this row's first key */
+    while (b > hi && m[b - 1] == -INFINITY) --b;  /* b > hi: one past its last */
+    if (a < lo) lo = a;
+    if (b > hi) hi = b;
+  }
+  *kbeg = lo < hi ? lo : 0;
+  *kend = lo < hi ? hi : 0;
+}
+
 /* Returns 1 without a BLAS, 2 when a thread's buffers cannot be allocated. */
-static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
+static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
     const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *Msk, int64_t nb,
     const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H,
@@ -116,10 +155,14 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
   const double work = (double)BH * Sq * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
   const int nt = work >= DISC_GEMM_PARALLEL_MIN && tasks > 1 ? omp_get_max_threads() : 1;
   const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+  /* the score block's row stride: the keys a block holds, in whole vectors (the row
+     loops run to a multiple of ATT_LANES, see below) */
+  const int64_t lds = Sk < ATT_BK ? (Sk + ATT_LANES - 1) / ATT_LANES * ATT_LANES : ATT_BK;
+  const int64_t ldacc = Dv > 0 ? Dv : 1;
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(ATT_BQ * ATT_BK + ATT_BQ * (Dv > 0 ? Dv : 1) + 2 * ATT_BQ));
+    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(ATT_BQ * (lds > 0 ? lds : 1) + ATT_BQ * ldacc + 2 * ATT_BQ));
     if (!buf) {
       #pragma omp atomic write
       failed = 1;
@@ -127,7 +170,7 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
     #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       if (!buf) continue;
-      ATT_T *S = buf, *acc = buf + ATT_BQ * ATT_BK, *mx = acc + ATT_BQ * (Dv > 0 ? Dv : 1);
+      ATT_T *S = buf, *acc = buf + ATT_BQ * (lds > 0 ? lds : 1), *mx = acc + ATT_BQ * ldacc;
       ATT_T *sum = mx + ATT_BQ;
       const int64_t bh = task / nqb, q0 = (task % nqb) * ATT_BQ;
       const int64_t qn = Sq - q0 < ATT_BQ ? Sq - q0 : ATT_BQ;
@@ -137,39 +180,55 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
       const ATT_T *Mb = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) + q0 * mrs : NULL;
       for (int64_t i = 0; i < qn; ++i) { mx[i] = -INFINITY; sum[i] = 0; }
       memset(acc, 0, sizeof(ATT_T) * (size_t)(qn * Dv));
-      const int64_t kend = causal ? (q0 + qn < Sk ? q0 + qn : Sk) : Sk;
-      for (int64_t k0 = 0; k0 < kend; k0 += ATT_BK) {
+      int64_t kbeg = 0, kend = causal ? (q0 + qn < Sk ? q0 + qn : Sk) : Sk;
+      if (Mb) ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(Mb, mrs ? qn : 1, mrs, mcs, &kbeg, &kend);
+      for (int64_t k0 = kbeg; k0 < kend; k0 += ATT_BK) {
         const int64_t kn = kend - k0 < ATT_BK ? kend - k0 : ATT_BK;
-        ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qb, ldq, Kb + k0 * ldk, ldk, 0, S, ATT_BK);
+        /* causal and crossing the diagonal (row 0 sees keys up to q0 only): in bands */
+        const int64_t band = causal && k0 + kn > q0 + 1 ? ATT_DIAG : qn;
+        for (int64_t r0 = 0; r0 < qn; r0 += band) {
+          const int64_t rn = qn - r0 < band ? qn - r0 : band;
+          const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
+          ATT_GEMM(env, 0, 1, rn, lim, D, scale, Qb + r0 * ldq, ldq, Kb + k0 * ldk, ldk, 0,
+                   S + r0 * lds, lds);
+        }
         for (int64_t i = 0; i < qn; ++i) {
-          ATT_T *s = S + i * ATT_BK;
+          ATT_T *s = S + i * lds;
+          /* causal: keys past this row are out (jn <= 0: the whole block); the products
+             past them may not have been computed (bands) */
+          const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
           if (Mb) {
             const ATT_T *m = Mb + i * mrs + k0 * mcs;
             if (mcs == 1) {
               #pragma omp simd
-              for (int64_t j = 0; j < kn; ++j) s[j] += m[j];
+              for (int64_t j = 0; j < jn; ++j) s[j] += m[j];
             } else {
-              for (int64_t j = 0; j < kn; ++j) s[j] += m[0];
+              for (int64_t j = 0; j < jn; ++j) s[j] += m[0];
             }
           }
-          /* causal: keys past this row are out (jn <= 0: the whole block) */
-          const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
+          /* max, exp and sum over whole vectors: the lanes past jn (inside the row's
+             stride, whatever they hold) count as -inf, so no scalar remainder loop runs
+             (a row of 33 keys was 2 vectors and a scalar exp per key left) */
+          const int64_t jv = jn > 0 ? (jn + ATT_LANES - 1) / ATT_LANES * ATT_LANES : 0;
           ATT_T top = mx[i];
           #pragma omp simd reduction(max:top)
-          for (int64_t j = 0; j < jn; ++j) top = s[j] > top ? s[j] : top;
+          for (int64_t j = 0; j < jv; ++j) {
+            const ATT_T x = j < jn ? s[j] : -INFINITY;
+            top = x > top ? x : top;
+          }
           if (top == -INFINITY) {  /* nothing unmasked yet: this block adds zeros */
-            for (int64_t j = 0; j < kn; ++j) s[j] = 0;
+            memset(s, 0, sizeof(ATT_T) * (size_t)kn);
             continue;
           }
           const ATT_T alpha = mx[i] == -INFINITY ? 0 : DISC_ATTN_EXP(mx[i] - top);
           ATT_T add = 0;
           #pragma omp simd reduction(+:add)
-          for (int64_t j = 0; j < jn; ++j) {
-            const ATT_T p = DISC_ATTN_EXP(s[j] - top);
+          for (int64_t j = 0; j < jv; ++j) {
+            const ATT_T p = j < jn ? DISC_ATTN_EXP(s[j] - top) : 0;
             s[j] = p;
             add += p;
           }
-          for (int64_t j = jn > 0 ? jn : 0; j < kn; ++j) s[j] = 0;
+          if (jv < kn) memset(s + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
           sum[i] = sum[i] * alpha + add;
           mx[i] = top;
           if (alpha != 1) {
@@ -178,7 +237,12 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
             for (int64_t d = 0; d < Dv; ++d) a[d] *= alpha;
           }
         }
-        ATT_GEMM(env, 0, 0, qn, Dv, kn, 1, S, ATT_BK, Vb + k0 * ldv, ldv, 1, acc, Dv);
+        for (int64_t r0 = 0; r0 < qn; r0 += band) {
+          const int64_t rn = qn - r0 < band ? qn - r0 : band;
+          const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
+          ATT_GEMM(env, 0, 0, rn, Dv, lim, 1, S + r0 * lds, lds, Vb + k0 * ldv, ldv, 1,
+                   acc + r0 * Dv, Dv);
+        }
       }
       ATT_T *Ob = O + disc_attn_base(bh, H, Sq, Dv, seqmaj & 8) + q0 * ldo;
       ATT_T *Lb = LSE + bh * Sq + q0;
@@ -197,7 +261,7 @@ static __attribute__((noinline)) int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
   return failed ? 2 : 0;
 }
 
-static __attribute__((noinline)) int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
+static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
     const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *O, const ATT_T *dO,
     const ATT_T *LSE, const ATT_T *Msk, int64_t nb, const int64_t *bdims,
