@@ -219,3 +219,49 @@ def test_native_rejects_a_mask_dim_that_neither_matches_nor_broadcasts(compiler)
     exe.run(ok + [np.zeros((2, 1, 5), np.float32)])
     with pytest.raises(Exception, match="mask dim 0 is 3, expected 1 or 2"):
         exe.run(ok + [np.zeros((3, 1, 5), np.float32)])
+
+
+def _padding_mask(shape, lead, tail, dtype):
+    """An additive mask that is -inf over the first lead[b] and last tail[b] keys of
+    batch b (key padding on either side) and random finite values between."""
+    m = np.random.default_rng(5).standard_normal(shape)
+    for b, (lo, hi) in enumerate(zip(lead, tail)):
+        m[b, ..., :lo] = -np.inf
+        if hi:
+            m[b, ..., -hi:] = -np.inf
+    return m.astype(dtype)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rows", [1, "S"])
+def test_native_skips_padded_keys_with_the_same_results(compiler, dt, causal, rows):
+    """Keys a mask leaves -inf for every row (padding at the head or tail, a whole batch
+    padded out) are skipped by the kernels (csrc/attention.c, disc_attn_keys): outputs,
+    logsumexp and gradients (zero for the skipped keys) still match the reference, for a
+    mask broadcast over the query rows and one given per row, on both sides of the
+    forward's 512-key blocks and the backward's 128-key blocks."""
+    g = _graph(dt, ["B", 1, rows, "T"], causal, False, {"scale": 0.25})
+    exe = compiler.compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    tol = 2e-5 if dt == "f32" else 1e-12
+    rng = np.random.default_rng(2)
+    # B = 4: no padding, a head and a tail, all keys padded out, a tail past a block edge
+    for S, Tk, lead, tail in [(7, 9, (0, 2, 9, 0), (0, 3, 0, 4)),
+                              (150, 600, (0, 100, 600, 0), (0, 30, 0, 470)),
+                              (600, 600, (0, 513, 600, 0), (0, 0, 0, 129))]:
+        q, k, v, _ = _inputs((4, 2, S, 16), Tk, 16, NP[dt], seed=S)
+        do = rng.standard_normal((4, 2, S, 16)).astype(NP[dt])
+        m = _padding_mask((4, 1, S if rows == "S" else 1, Tk), lead, tail, NP[dt])
+        if rows == "S":
+            m[0, 0, 3, :] = -np.inf  # one fully masked row: the others keep every key
+        inputs = [q, k, v, do, m]
+        got = exe.run(inputs)
+        want = interpret(g, inputs)
+        for n, (a, w) in enumerate(zip(got, want)):
+            scale_ = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+            np.testing.assert_allclose(a, w, rtol=tol, atol=tol * scale_,
+                                       err_msg=f"output {n} at S={S}, T={Tk}")
+        dk, dv = got[3], got[4]
+        assert not dk[2].any() and not dv[2].any()  # the padded-out batch
+        assert not dk[1, :, :100 if Tk == 600 else 2].any()

@@ -53,6 +53,9 @@
    rows, each over the keys its last row sees, so only a band's own triangle above the
    diagonal is computed and thrown away (half of a whole block otherwise: 27% of the
    forward's products at S = 153) */
+#ifndef ATT_BWD_DIAG
+#define ATT_BWD_DIAG 32
+#endif
 #ifndef ATT_LANES
 #define ATT_LANES 16
 #endif
@@ -280,10 +283,12 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
   const double work = (double)BH * (Sq > 0 ? Sq : 1) * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
   const int nt = work >= DISC_GEMM_PARALLEL_MIN && BH > 1 ? omp_get_max_threads() : 1;
   const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+  const int64_t lds = Sk < ATT_BWD_BK ? (Sk + ATT_LANES - 1) / ATT_LANES * ATT_LANES
+                                      : ATT_BWD_BK;  /* as in the forward */
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(2 * ATT_BWD_BQ * ATT_BWD_BK + (Sq > 0 ? Sq : 1)));
+    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(2 * ATT_BWD_BQ * (lds > 0 ? lds : 1) + (Sq > 0 ? Sq : 1)));
     if (!buf) {
       #pragma omp atomic write
       failed = 1;
@@ -291,7 +296,8 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
     #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < BH; ++bh) {
       if (!buf) continue;
-      ATT_T *P = buf, *dP = buf + ATT_BWD_BQ * ATT_BWD_BK, *rowdot = dP + ATT_BWD_BQ * ATT_BWD_BK;
+      ATT_T *P = buf, *dP = buf + ATT_BWD_BQ * (lds > 0 ? lds : 1);
+      ATT_T *rowdot = dP + ATT_BWD_BQ * (lds > 0 ? lds : 1);
       const ATT_T *Qh = Q + disc_attn_base(bh, H, Sq, D, seqmaj & 1);
       const ATT_T *Kh = K + disc_attn_base(bh, H, Sk, D, seqmaj & 2);
       const ATT_T *Vh = V + disc_attn_base(bh, H, Sk, Dv, seqmaj & 4);
@@ -311,44 +317,67 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
         for (int64_t d = 0; d < Dv; ++d) r += o[d] * g[d];
         rowdot[i] = r;
       }
-      for (int64_t k0 = 0; k0 < Sk; k0 += ATT_BWD_BK) {
-        const int64_t kn = Sk - k0 < ATT_BWD_BK ? Sk - k0 : ATT_BWD_BK;
+      /* the keys no row sees (a key padding mask's -inf tail) have zero gradients */
+      int64_t kbeg = 0, kend = Sk;
+      if (Mh && Sq > 0) ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(Mh, mrs ? Sq : 1, mrs, mcs,
+                                                               &kbeg, &kend);
+      for (int64_t k0 = kbeg; k0 < kend; k0 += ATT_BWD_BK) {
+        const int64_t kn = kend - k0 < ATT_BWD_BK ? kend - k0 : ATT_BWD_BK;
         /* causal: rows before k0 see none of these keys */
         const int64_t qstart = causal ? k0 / ATT_BWD_BQ * ATT_BWD_BQ : 0;
         for (int64_t q0 = qstart; q0 < Sq; q0 += ATT_BWD_BQ) {
           const int64_t qn = Sq - q0 < ATT_BWD_BQ ? Sq - q0 : ATT_BWD_BQ;
-          ATT_GEMM(env, 0, 1, qn, kn, D, scale, Qh + q0 * ldq, ldq, Kh + k0 * ldk, ldk, 0, P,
-                   ATT_BWD_BK);
-          ATT_GEMM(env, 0, 1, qn, kn, Dv, 1, dOh + q0 * ldg, ldg, Vh + k0 * ldv, ldv, 0, dP,
-                   ATT_BWD_BK);
+          /* crossing the diagonal: in bands of rows, as in the forward */
+          const int64_t band = causal && k0 + kn > q0 + 1 ? ATT_BWD_DIAG : qn;
+          for (int64_t r0 = 0; r0 < qn; r0 += band) {
+            const int64_t rn = qn - r0 < band ? qn - r0 : band;
+            const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
+            if (lim <= 0) continue;
+            ATT_GEMM(env, 0, 1, rn, lim, D, scale, Qh + (q0 + r0) * ldq, ldq, Kh + k0 * ldk,
+                     ldk, 0, P + r0 * lds, lds);
+            ATT_GEMM(env, 0, 1, rn, lim, Dv, 1, dOh + (q0 + r0) * ldg, ldg, Vh + k0 * ldv, ldv,
+                     0, dP + r0 * lds, lds);
+          }
           for (int64_t i = 0; i < qn; ++i) {
-            ATT_T *s = P + i * ATT_BWD_BK, *dp = dP + i * ATT_BWD_BK;
+            ATT_T *s = P + i * lds, *dp = dP + i * lds;
+            const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
             if (Mh) {
               const ATT_T *m = Mh + (q0 + i) * mrs + k0 * mcs;
               if (mcs == 1) {
                 #pragma omp simd
-                for (int64_t j = 0; j < kn; ++j) s[j] += m[j];
+                for (int64_t j = 0; j < jn; ++j) s[j] += m[j];
               } else {
-                for (int64_t j = 0; j < kn; ++j) s[j] += m[0];
+                for (int64_t j = 0; j < jn; ++j) s[j] += m[0];
               }
             }
-            const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
             const ATT_T l = Lh[q0 + i], r = rowdot[q0 + i];
+            /* whole vectors, the lanes past jn zero (see the forward) */
+            const int64_t jv = jn > 0 ? (jn + ATT_LANES - 1) / ATT_LANES * ATT_LANES : 0;
             #pragma omp simd
-            for (int64_t j = 0; j < (jn > 0 ? jn : 0); ++j) {
-              const ATT_T p = DISC_ATTN_EXP(s[j] - l);
+            for (int64_t j = 0; j < jv; ++j) {
+              const ATT_T p = j < jn ? DISC_ATTN_EXP(s[j] - l) : 0;
+              const ATT_T g = j < jn ? p * (dp[j] - r) : 0;
               s[j] = p;
-              dp[j] = p * (dp[j] - r);
+              dp[j] = g;
             }
-            for (int64_t j = jn > 0 ? jn : 0; j < kn; ++j) { s[j] = 0; dp[j] = 0; }
+            if (jv < kn) {
+              memset(s + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
+              memset(dp + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
+            }
           }
           /* dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q */
-          ATT_GEMM(env, 1, 0, kn, Dv, qn, 1, P, ATT_BWD_BK, dOh + q0 * ldg, ldg, 1,
-                   dVh + k0 * lddv, lddv);
-          ATT_GEMM(env, 0, 0, qn, D, kn, scale, dP, ATT_BWD_BK, Kh + k0 * ldk, ldk, 1,
-                   dQh + q0 * lddq, lddq);
-          ATT_GEMM(env, 1, 0, kn, D, qn, scale, dP, ATT_BWD_BK, Qh + q0 * ldq, ldq, 1,
-                   dKh + k0 * lddk, lddk);
+          for (int64_t r0 = 0; r0 < qn; r0 += band) {
+            const int64_t rn = qn - r0 < band ? qn - r0 : band;
+            const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
+            if (lim <= 0) continue;
+            const ATT_T *Pb = P + r0 * lds, *dPb = dP + r0 * lds;
+            ATT_GEMM(env, 1, 0, lim, Dv, rn, 1, Pb, lds, dOh + (q0 + r0) * ldg, ldg, 1,
+                     dVh + k0 * lddv, lddv);
+            ATT_GEMM(env, 0, 0, rn, D, lim, scale, dPb, lds, Kh + k0 * ldk, ldk, 1,
+                     dQh + (q0 + r0) * lddq, lddq);
+            ATT_GEMM(env, 1, 0, lim, D, rn, scale, dPb, lds, Qh + (q0 + r0) * ldq, ldq, 1,
+                     dKh + k0 * lddk, lddk);
+          }
         }
       }
     }
