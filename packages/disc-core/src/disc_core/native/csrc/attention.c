@@ -60,7 +60,7 @@
 #define ATT_LANES 16
 #endif
 #ifndef ATT_DIAG
-#define ATT_DIAG 16
+#define ATT_DIAG 32
 #endif
 /* the kernels' row loops (scale, mask, max, exp and sum over a block row) in 16-lane
    vectors where the CPU has AVX-512: the module's default prefers 8 lanes (generated row
