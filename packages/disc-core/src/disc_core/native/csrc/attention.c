@@ -140,6 +140,24 @@ static inline void ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(const ATT_T *M, int64_
   *kend = lo < hi ? hi : 0;
 }
 
+/* rowdot[i] = O[i] . dO[i], the sum that dP - rowdot cancels against (P (dP - rowdot)
+   is the score gradient). Kept out of the kernels' 16-lane code, at the module's default
+   vector width: with 16 lanes its summation order changed and a row attending to a single
+   key (S = 1: O = V, dP = rowdot in exact arithmetic) left ~1 ulp of noise in gradients
+   that are exactly zero with this order and in torch's (disc-torch
+   test_attention_training holds them to 1e-8 of the largest gradient). */
+static __attribute__((noinline)) void ATT_CAT(disc_attn_rowdot, DISC_ATTN_SFX)(
+    const ATT_T *O, int64_t ldo, const ATT_T *dO, int64_t ldg, int64_t rows, int64_t Dv,
+    ATT_T *rowdot) {
+  for (int64_t i = 0; i < rows; ++i) {
+    ATT_T r = 0;
+    const ATT_T *o = O + i * ldo, *g = dO + i * ldg;
+    #pragma omp simd reduction(+:r)
+    for (int64_t d = 0; d < Dv; ++d) r += o[d] * g[d];
+    rowdot[i] = r;
+  }
+}
+
 /* Returns 1 without a BLAS, 2 when a thread's buffers cannot be allocated. */
 static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
@@ -310,13 +328,7 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
       for (int64_t i = 0; i < Sq; ++i) memset(dQh + i * lddq, 0, sizeof(ATT_T) * (size_t)D);
       for (int64_t j = 0; j < Sk; ++j) memset(dKh + j * lddk, 0, sizeof(ATT_T) * (size_t)D);
       for (int64_t j = 0; j < Sk; ++j) memset(dVh + j * lddv, 0, sizeof(ATT_T) * (size_t)Dv);
-      for (int64_t i = 0; i < Sq; ++i) {
-        ATT_T r = 0;
-        const ATT_T *o = Oh + i * ldo, *g = dOh + i * ldg;
-        #pragma omp simd reduction(+:r)
-        for (int64_t d = 0; d < Dv; ++d) r += o[d] * g[d];
-        rowdot[i] = r;
-      }
+      ATT_CAT(disc_attn_rowdot, DISC_ATTN_SFX)(Oh, ldo, dOh, ldg, Sq, Dv, rowdot);
       /* the keys no row sees (a key padding mask's -inf tail) have zero gradients */
       int64_t kbeg = 0, kend = Sk;
       if (Mh && Sq > 0) ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(Mh, mrs ? Sq : 1, mrs, mcs,
