@@ -166,6 +166,7 @@ SHAPES = [  # B, H, S, T, E (head dim 16 unless symbolic)
     (2, 3, 5, 7, 16), (1, 2, 1, 1, 8), (2, 2, 130, 130, 16), (1, 1, 257, 100, 5),
     (1, 2, 64, 300, 16), (0, 2, 3, 3, 16), (2, 1, 9, 0, 16), (3, 1, 17, 33, 1),
     (1, 1, 600, 530, 4),  # across the forward's 512-key blocks, causal rows past them
+    (4, 8, 200, 77, 16),  # heads enough for the forward's double query blocks (no causal)
 ]
 
 
