@@ -266,3 +266,44 @@ def test_native_skips_padded_keys_with_the_same_results(compiler, dt, causal, ro
         dk, dv = got[3], got[4]
         assert not dk[2].any() and not dv[2].any()  # the padded-out batch
         assert not dk[1, :, :100 if Tk == 600 else 2].any()
+
+
+@pytest.fixture
+def omp_threads():
+    """Sets the OpenMP team size of this thread's next parallel regions (libgomp, which the
+    native modules use), restoring it after."""
+    import ctypes
+
+    gomp = ctypes.CDLL("libgomp.so.1")
+    previous = gomp.omp_get_max_threads()
+    yield gomp.omp_set_num_threads
+    gomp.omp_set_num_threads(previous)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_native_backward_with_fewer_heads_than_threads(compiler, omp_threads, causal):
+    """Fewer heads than threads: the backward's tasks are (head, key block) and dQ is summed
+    over per-thread copies (csrc/attention.c, split). Gradients match the reference with 1
+    to 3 heads on 4 and 7 threads, key lengths across the 128-key blocks, and a padding
+    mask whose -inf tail the tasks clip."""
+    g = _graph("f32", ["B", 1, 1, "T"], causal, False, {"scale": 0.25})
+    exe = compiler.compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    rng = np.random.default_rng(9)
+    for threads in (4, 7):
+        omp_threads(threads)
+        for B, H, S, Tk in [(1, 1, 300, 300), (1, 3, 200, 450), (2, 1, 129, 129),
+                            (1, 2, 40, 700)]:
+            q, k, v, _ = _inputs((B, H, S, 16), Tk, 16, np.float32, seed=S + Tk)
+            do = rng.standard_normal((B, H, S, 16)).astype(np.float32)
+            m = _padding_mask((B, 1, 1, Tk), [0] * B, [0] + [Tk // 3] * (B - 1), np.float32)
+            if B == 1:
+                m[0, ..., -Tk // 4:] = -np.inf
+            inputs = [q, k, v, do, m]
+            got = exe.run(inputs)
+            want = interpret(g, inputs)
+            for n, (a, w) in enumerate(zip(got, want)):
+                scale_ = max(1.0, float(np.abs(w).max()))
+                np.testing.assert_allclose(a, w, rtol=2e-5, atol=2e-5 * scale_,
+                                           err_msg=f"output {n} at {(B, H, S, Tk)}, "
+                                                   f"{threads} threads")

@@ -13,7 +13,8 @@
    Backward (FlashAttention-2's order): per (batch*head), the key blocks outside and the
    query blocks inside; the probabilities come back from the saved logsumexp, dV and dK
    accumulate per key block and dQ in place. Tasks are whole heads, so no two threads
-   write one gradient row.
+   write one gradient row; with fewer heads than threads, (head, key block) pairs, each
+   thread adding its dQ into a copy of its own, summed at the end.
 
    Work skipped in both: with a causal mask, a block crossing the diagonal runs its
    products in bands of rows over the keys each band sees (ATT_DIAG, ATT_BWD_DIAG); keys a
@@ -69,6 +70,9 @@
 #ifndef ATT_DIAG
 #define ATT_DIAG 32
 #endif
+/* the row loops run to a multiple of ATT_LANES inside a block row's stride */
+_Static_assert(ATT_BK % ATT_LANES == 0 && ATT_BWD_BK % ATT_LANES == 0,
+               "attention key blocks must be whole vectors");
 /* the kernels' row loops (scale, mask, max, exp and sum over a block row) in 16-lane
    vectors where the CPU has AVX-512: the module's default prefers 8 lanes (generated row
    kernels measured faster so on short rows), but these loops run over whole key blocks
@@ -295,6 +299,74 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_S
   return failed ? 2 : 0;
 }
 
+/* The backward over one key block [k0, k0 + kn) of a head: P and dP against every query
+   block that sees those keys (causal: from the diagonal on, in bands across it), the
+   block's dV and dK rows and every dQ row accumulated (beta 1). */
+static inline ATT_WIDE void ATT_CAT(disc_attn_bwd_keys, DISC_ATTN_SFX)(
+    const disc_env *env, ATT_T *P, ATT_T *dP, int64_t lds, int64_t Sq, int64_t D,
+    int64_t Dv, const ATT_T *Qh, int64_t ldq, const ATT_T *Kh, int64_t ldk,
+    const ATT_T *Vh, int64_t ldv, const ATT_T *dOh, int64_t ldg, const ATT_T *Lh,
+    const ATT_T *rowdot, const ATT_T *Mh, int64_t mrs, int64_t mcs, ATT_T scale,
+    int causal, int64_t k0, int64_t kn, ATT_T *dQh, int64_t lddq, ATT_T *dKh,
+    int64_t lddk, ATT_T *dVh, int64_t lddv) {
+  /* causal: rows before k0 see none of these keys */
+  const int64_t qstart = causal ? k0 / ATT_BWD_BQ * ATT_BWD_BQ : 0;
+  for (int64_t q0 = qstart; q0 < Sq; q0 += ATT_BWD_BQ) {
+    const int64_t qn = Sq - q0 < ATT_BWD_BQ ? Sq - q0 : ATT_BWD_BQ;
+    /* crossing the diagonal: in bands of rows, as in the forward */
+    const int64_t band = causal && k0 + kn > q0 + 1 ? ATT_BWD_DIAG : qn;
+    for (int64_t r0 = 0; r0 < qn; r0 += band) {
+      const int64_t rn = qn - r0 < band ? qn - r0 : band;
+      const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
+      if (lim <= 0) continue;
+      ATT_GEMM(env, 0, 1, rn, lim, D, scale, Qh + (q0 + r0) * ldq, ldq, Kh + k0 * ldk,
+               ldk, 0, P + r0 * lds, lds);
+      ATT_GEMM(env, 0, 1, rn, lim, Dv, 1, dOh + (q0 + r0) * ldg, ldg, Vh + k0 * ldv, ldv,
+               0, dP + r0 * lds, lds);
+    }
+    for (int64_t i = 0; i < qn; ++i) {
+      ATT_T *s = P + i * lds, *dp = dP + i * lds;
+      const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
+      if (Mh) {
+        const ATT_T *m = Mh + (q0 + i) * mrs + k0 * mcs;
+        if (mcs == 1) {
+          #pragma omp simd
+          for (int64_t j = 0; j < jn; ++j) s[j] += m[j];
+        } else {
+          for (int64_t j = 0; j < jn; ++j) s[j] += m[0];
+        }
+      }
+      const ATT_T l = Lh[q0 + i], r = rowdot[q0 + i];
+      /* whole vectors, the lanes past jn zero (see the forward) */
+      const int64_t jv = jn > 0 ? (jn + ATT_LANES - 1) / ATT_LANES * ATT_LANES : 0;
+      #pragma omp simd
+      for (int64_t j = 0; j < jv; ++j) {
+        const ATT_T p = j < jn ? DISC_ATTN_EXP(s[j] - l) : 0;
+        const ATT_T g = j < jn ? p * (dp[j] - r) : 0;
+        s[j] = p;
+        dp[j] = g;
+      }
+      if (jv < kn) {
+        memset(s + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
+        memset(dp + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
+      }
+    }
+    /* dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q */
+    for (int64_t r0 = 0; r0 < qn; r0 += band) {
+      const int64_t rn = qn - r0 < band ? qn - r0 : band;
+      const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
+      if (lim <= 0) continue;
+      const ATT_T *Pb = P + r0 * lds, *dPb = dP + r0 * lds;
+      ATT_GEMM(env, 1, 0, lim, Dv, rn, 1, Pb, lds, dOh + (q0 + r0) * ldg, ldg, 1,
+               dVh + k0 * lddv, lddv);
+      ATT_GEMM(env, 0, 0, rn, D, lim, scale, dPb, lds, Kh + k0 * ldk, ldk, 1,
+               dQh + (q0 + r0) * lddq, lddq);
+      ATT_GEMM(env, 1, 0, lim, D, rn, scale, dPb, lds, Qh + (q0 + r0) * ldq, ldq, 1,
+               dKh + k0 * lddk, lddk);
+    }
+  }
+}
+
 static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
     const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
     const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *O, const ATT_T *dO,
@@ -312,10 +384,26 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
   const int64_t ldg = disc_attn_ld(H, Dv, seqmaj & 16), lddq = disc_attn_ld(H, D, seqmaj & 32);
   const int64_t lddk = disc_attn_ld(H, D, seqmaj & 64), lddv = disc_attn_ld(H, Dv, seqmaj & 128);
   const double work = (double)BH * (Sq > 0 ? Sq : 1) * (double)(Sk > 0 ? Sk : 1) * (D + Dv + 4);
-  const int nt = work >= DISC_GEMM_PARALLEL_MIN && BH > 1 ? omp_get_max_threads() : 1;
-  const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
+  const int64_t nkb = (Sk + ATT_BWD_BK - 1) / ATT_BWD_BK;
+  const int nt = work >= DISC_GEMM_PARALLEL_MIN && (BH > 1 || nkb > 1)
+                 ? omp_get_max_threads() : 1;
+  /* fewer heads than threads: tasks are (head, key block) instead, dQ summed over private
+     copies after (whole heads left threads idle: one head ran on one of 2 threads) */
+  const int split = nt > 1 && BH < nt && nkb > 1;
   const int64_t lds = Sk < ATT_BWD_BK ? (Sk + ATT_LANES - 1) / ATT_LANES * ATT_LANES
                                       : ATT_BWD_BK;  /* as in the forward */
+  ATT_T *shared = NULL;  /* split: rowdot [BH*Sq], then nt private dQ [BH*Sq*D] */
+  int64_t *range = NULL;  /* split: each head's [kbeg, kend) */
+  if (split) {
+    shared = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(BH * Sq * (1 + (int64_t)nt * D)));
+    range = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * BH));
+    if (!shared || !range) {
+      free(shared);
+      free(range);
+      return 2;
+    }
+  }
+  const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -324,91 +412,89 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
       #pragma omp atomic write
       failed = 1;
     }
-    #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < BH; ++bh) {
-      if (!buf) continue;
-      ATT_T *P = buf, *dP = buf + ATT_BWD_BQ * (lds > 0 ? lds : 1);
-      ATT_T *rowdot = dP + ATT_BWD_BQ * (lds > 0 ? lds : 1);
-      const ATT_T *Qh = Q + disc_attn_base(bh, H, Sq, D, seqmaj & 1);
-      const ATT_T *Kh = K + disc_attn_base(bh, H, Sk, D, seqmaj & 2);
-      const ATT_T *Vh = V + disc_attn_base(bh, H, Sk, Dv, seqmaj & 4);
-      const ATT_T *Oh = O + disc_attn_base(bh, H, Sq, Dv, seqmaj & 8);
-      const ATT_T *dOh = dO + disc_attn_base(bh, H, Sq, Dv, seqmaj & 16), *Lh = LSE + bh * Sq;
-      ATT_T *dQh = dQ + disc_attn_base(bh, H, Sq, D, seqmaj & 32);
-      ATT_T *dKh = dK + disc_attn_base(bh, H, Sk, D, seqmaj & 64);
-      ATT_T *dVh = dV + disc_attn_base(bh, H, Sk, Dv, seqmaj & 128);
-      const ATT_T *Mh = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) : NULL;
-      for (int64_t i = 0; i < Sq; ++i) memset(dQh + i * lddq, 0, sizeof(ATT_T) * (size_t)D);
-      for (int64_t j = 0; j < Sk; ++j) memset(dKh + j * lddk, 0, sizeof(ATT_T) * (size_t)D);
-      for (int64_t j = 0; j < Sk; ++j) memset(dVh + j * lddv, 0, sizeof(ATT_T) * (size_t)Dv);
-      ATT_CAT(disc_attn_rowdot, DISC_ATTN_SFX)(Oh, ldo, dOh, ldg, Sq, Dv, rowdot);
-      /* the keys no row sees (a key padding mask's -inf tail) have zero gradients */
-      int64_t kbeg = 0, kend = Sk;
-      if (Mh && Sq > 0) ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(Mh, mrs ? Sq : 1, mrs, mcs,
-                                                               &kbeg, &kend);
-      for (int64_t k0 = kbeg; k0 < kend; k0 += ATT_BWD_BK) {
-        const int64_t kn = kend - k0 < ATT_BWD_BK ? kend - k0 : ATT_BWD_BK;
-        /* causal: rows before k0 see none of these keys */
-        const int64_t qstart = causal ? k0 / ATT_BWD_BQ * ATT_BWD_BQ : 0;
-        for (int64_t q0 = qstart; q0 < Sq; q0 += ATT_BWD_BQ) {
-          const int64_t qn = Sq - q0 < ATT_BWD_BQ ? Sq - q0 : ATT_BWD_BQ;
-          /* crossing the diagonal: in bands of rows, as in the forward */
-          const int64_t band = causal && k0 + kn > q0 + 1 ? ATT_BWD_DIAG : qn;
-          for (int64_t r0 = 0; r0 < qn; r0 += band) {
-            const int64_t rn = qn - r0 < band ? qn - r0 : band;
-            const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
-            if (lim <= 0) continue;
-            ATT_GEMM(env, 0, 1, rn, lim, D, scale, Qh + (q0 + r0) * ldq, ldq, Kh + k0 * ldk,
-                     ldk, 0, P + r0 * lds, lds);
-            ATT_GEMM(env, 0, 1, rn, lim, Dv, 1, dOh + (q0 + r0) * ldg, ldg, Vh + k0 * ldv, ldv,
-                     0, dP + r0 * lds, lds);
-          }
-          for (int64_t i = 0; i < qn; ++i) {
-            ATT_T *s = P + i * lds, *dp = dP + i * lds;
-            const int64_t jn = causal ? (q0 + i - k0 + 1 < kn ? q0 + i - k0 + 1 : kn) : kn;
-            if (Mh) {
-              const ATT_T *m = Mh + (q0 + i) * mrs + k0 * mcs;
-              if (mcs == 1) {
-                #pragma omp simd
-                for (int64_t j = 0; j < jn; ++j) s[j] += m[j];
-              } else {
-                for (int64_t j = 0; j < jn; ++j) s[j] += m[0];
-              }
-            }
-            const ATT_T l = Lh[q0 + i], r = rowdot[q0 + i];
-            /* whole vectors, the lanes past jn zero (see the forward) */
-            const int64_t jv = jn > 0 ? (jn + ATT_LANES - 1) / ATT_LANES * ATT_LANES : 0;
-            #pragma omp simd
-            for (int64_t j = 0; j < jv; ++j) {
-              const ATT_T p = j < jn ? DISC_ATTN_EXP(s[j] - l) : 0;
-              const ATT_T g = j < jn ? p * (dp[j] - r) : 0;
-              s[j] = p;
-              dp[j] = g;
-            }
-            if (jv < kn) {
-              memset(s + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
-              memset(dp + jv, 0, sizeof(ATT_T) * (size_t)(kn - jv));
-            }
-          }
-          /* dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q */
-          for (int64_t r0 = 0; r0 < qn; r0 += band) {
-            const int64_t rn = qn - r0 < band ? qn - r0 : band;
-            const int64_t lim = causal && q0 + r0 + rn - k0 < kn ? q0 + r0 + rn - k0 : kn;
-            if (lim <= 0) continue;
-            const ATT_T *Pb = P + r0 * lds, *dPb = dP + r0 * lds;
-            ATT_GEMM(env, 1, 0, lim, Dv, rn, 1, Pb, lds, dOh + (q0 + r0) * ldg, ldg, 1,
-                     dVh + k0 * lddv, lddv);
-            ATT_GEMM(env, 0, 0, rn, D, lim, scale, dPb, lds, Kh + k0 * ldk, ldk, 1,
-                     dQh + (q0 + r0) * lddq, lddq);
-            ATT_GEMM(env, 1, 0, lim, D, rn, scale, dPb, lds, Qh + (q0 + r0) * ldq, ldq, 1,
-                     dKh + k0 * lddk, lddk);
-          }
+    ATT_T *P = buf, *dP = buf ? buf + ATT_BWD_BQ * (lds > 0 ? lds : 1) : NULL;
+    ATT_T *rowdot = dP ? dP + ATT_BWD_BQ * (lds > 0 ? lds : 1) : NULL;
+    if (split) {
+      const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+      ATT_T *priv = shared + BH * Sq * (1 + (int64_t)tid * D);
+      memset(priv, 0, sizeof(ATT_T) * (size_t)(BH * Sq * D));
+      #pragma omp for
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        ATT_CAT(disc_attn_rowdot, DISC_ATTN_SFX)(O + disc_attn_base(bh, H, Sq, Dv, seqmaj & 8),
+            ldo, dO + disc_attn_base(bh, H, Sq, Dv, seqmaj & 16), ldg, Sq, Dv, shared + bh * Sq);
+        range[2 * bh] = 0;
+        range[2 * bh + 1] = Sk;
+        if (Msk && Sq > 0)
+          ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(Msk + disc_attn_mask_offset(bh, nb, bdims, mbs),
+              mrs ? Sq : 1, mrs, mcs, &range[2 * bh], &range[2 * bh + 1]);
+      }
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < BH * nkb; ++task) {
+        if (!buf) continue;
+        const int64_t bh = task / nkb, k0 = task % nkb * ATT_BWD_BK;
+        const int64_t kn = Sk - k0 < ATT_BWD_BK ? Sk - k0 : ATT_BWD_BK;
+        ATT_T *dKh = dK + disc_attn_base(bh, H, Sk, D, seqmaj & 64);
+        ATT_T *dVh = dV + disc_attn_base(bh, H, Sk, Dv, seqmaj & 128);
+        for (int64_t j = k0; j < k0 + kn; ++j) memset(dKh + j * lddk, 0, sizeof(ATT_T) * (size_t)D);
+        for (int64_t j = k0; j < k0 + kn; ++j) memset(dVh + j * lddv, 0, sizeof(ATT_T) * (size_t)Dv);
+        const int64_t lo = k0 > range[2 * bh] ? k0 : range[2 * bh];
+        const int64_t hi = k0 + kn < range[2 * bh + 1] ? k0 + kn : range[2 * bh + 1];
+        if (lo >= hi) continue;
+        ATT_CAT(disc_attn_bwd_keys, DISC_ATTN_SFX)(env, P, dP, lds, Sq, D, Dv,
+            Q + disc_attn_base(bh, H, Sq, D, seqmaj & 1), ldq,
+            K + disc_attn_base(bh, H, Sk, D, seqmaj & 2), ldk,
+            V + disc_attn_base(bh, H, Sk, Dv, seqmaj & 4), ldv,
+            dO + disc_attn_base(bh, H, Sq, Dv, seqmaj & 16), ldg, LSE + bh * Sq,
+            shared + bh * Sq, Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) : NULL,
+            mrs, mcs, scale, causal, lo, hi - lo, priv + bh * Sq * D, D, dKh, lddk, dVh,
+            lddv);
+      }
+      #pragma omp for
+      for (int64_t row = 0; row < BH * Sq; ++row) {
+        const int64_t bh = row / Sq, i = row % Sq;
+        ATT_T *dq = dQ + disc_attn_base(bh, H, Sq, D, seqmaj & 32) + i * lddq;
+        const ATT_T *p0 = shared + BH * Sq + row * D;
+        #pragma omp simd
+        for (int64_t d = 0; d < D; ++d) dq[d] = p0[d];
+        for (int t = 1; t < team; ++t) {
+          const ATT_T *pt = p0 + (int64_t)t * BH * Sq * D;
+          #pragma omp simd
+          for (int64_t d = 0; d < D; ++d) dq[d] += pt[d];
         }
+      }
+    } else {
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t bh = 0; bh < BH; ++bh) {
+        if (!buf) continue;
+        const ATT_T *Qh = Q + disc_attn_base(bh, H, Sq, D, seqmaj & 1);
+        const ATT_T *Kh = K + disc_attn_base(bh, H, Sk, D, seqmaj & 2);
+        const ATT_T *Vh = V + disc_attn_base(bh, H, Sk, Dv, seqmaj & 4);
+        const ATT_T *Oh = O + disc_attn_base(bh, H, Sq, Dv, seqmaj & 8);
+        const ATT_T *dOh = dO + disc_attn_base(bh, H, Sq, Dv, seqmaj & 16), *Lh = LSE + bh * Sq;
+        ATT_T *dQh = dQ + disc_attn_base(bh, H, Sq, D, seqmaj & 32);
+        ATT_T *dKh = dK + disc_attn_base(bh, H, Sk, D, seqmaj & 64);
+        ATT_T *dVh = dV + disc_attn_base(bh, H, Sk, Dv, seqmaj & 128);
+        const ATT_T *Mh = Msk ? Msk + disc_attn_mask_offset(bh, nb, bdims, mbs) : NULL;
+        for (int64_t i = 0; i < Sq; ++i) memset(dQh + i * lddq, 0, sizeof(ATT_T) * (size_t)D);
+        for (int64_t j = 0; j < Sk; ++j) memset(dKh + j * lddk, 0, sizeof(ATT_T) * (size_t)D);
+        for (int64_t j = 0; j < Sk; ++j) memset(dVh + j * lddv, 0, sizeof(ATT_T) * (size_t)Dv);
+        ATT_CAT(disc_attn_rowdot, DISC_ATTN_SFX)(Oh, ldo, dOh, ldg, Sq, Dv, rowdot);
+        /* the keys no row sees (a key padding mask's -inf tail) have zero gradients */
+        int64_t kbeg = 0, kend = Sk;
+        if (Mh && Sq > 0) ATT_CAT(disc_attn_keys, DISC_ATTN_SFX)(Mh, mrs ? Sq : 1, mrs, mcs,
+                                                                 &kbeg, &kend);
+        for (int64_t k0 = kbeg; k0 < kend; k0 += ATT_BWD_BK)
+          ATT_CAT(disc_attn_bwd_keys, DISC_ATTN_SFX)(env, P, dP, lds, Sq, D, Dv, Qh, ldq, Kh,
+              ldk, Vh, ldv, dOh, ldg, Lh, rowdot, Mh, mrs, mcs, scale, causal, k0,
+              kend - k0 < ATT_BWD_BK ? kend - k0 : ATT_BWD_BK, dQh, lddq, dKh, lddk, dVh,
+              lddv);
       }
     }
     free(buf);
   }
   if (env->blas_threads_local) env->blas_threads_local(prev);
+  free(shared);
+  free(range);
   return failed ? 2 : 0;
 }
 
