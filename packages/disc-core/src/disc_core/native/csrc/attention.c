@@ -76,8 +76,8 @@ _Static_assert(ATT_BK % ATT_LANES == 0 && ATT_BWD_BK % ATT_LANES == 0,
 /* the kernels' row loops (scale, mask, max, exp and sum over a block row) in 16-lane
    vectors where the CPU has AVX-512: the module's default prefers 8 lanes (generated row
    kernels measured faster so on short rows), but these loops run over whole key blocks
-   and with 8 lanes took a third of the forward at S = 768 */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+   and with 8 lanes took a third of the forward at S = 768 (GCC 8 has the attribute) */
+#if defined(__GNUC__) && __GNUC__ >= 8 && !defined(__clang__) && defined(__x86_64__)
 #define ATT_WIDE __attribute__((target("prefer-vector-width=512")))
 #else
 #define ATT_WIDE
