@@ -166,6 +166,7 @@ SHAPES = [  # B, H, S, T, E (head dim 16 unless symbolic)
     (2, 3, 5, 7, 16), (1, 2, 1, 1, 8), (2, 2, 130, 130, 16), (1, 1, 257, 100, 5),
     (1, 2, 64, 300, 16), (0, 2, 3, 3, 16), (2, 1, 9, 0, 16), (3, 1, 17, 33, 1),
     (1, 1, 600, 530, 4),  # across the forward's 512-key blocks, causal rows past them
+    (4, 8, 200, 77, 16),  # heads enough for the forward's double query blocks (no causal)
 ]
 
 
@@ -219,3 +220,90 @@ def test_native_rejects_a_mask_dim_that_neither_matches_nor_broadcasts(compiler)
     exe.run(ok + [np.zeros((2, 1, 5), np.float32)])
     with pytest.raises(Exception, match="mask dim 0 is 3, expected 1 or 2"):
         exe.run(ok + [np.zeros((3, 1, 5), np.float32)])
+
+
+def _padding_mask(shape, lead, tail, dtype):
+    """An additive mask that is -inf over the first lead[b] and last tail[b] keys of
+    batch b (key padding on either side) and random finite values between."""
+    m = np.random.default_rng(5).standard_normal(shape)
+    for b, (lo, hi) in enumerate(zip(lead, tail)):
+        m[b, ..., :lo] = -np.inf
+        if hi:
+            m[b, ..., -hi:] = -np.inf
+    return m.astype(dtype)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rows", [1, "S"])
+def test_native_skips_padded_keys_with_the_same_results(compiler, dt, causal, rows):
+    """Keys a mask leaves -inf for every row (padding at the head or tail, a whole batch
+    padded out) are skipped by the kernels (csrc/attention.c, disc_attn_keys): outputs,
+    logsumexp and gradients (zero for the skipped keys) still match the reference, for a
+    mask broadcast over the query rows and one given per row, on both sides of the
+    forward's 512-key blocks and the backward's 128-key blocks."""
+    g = _graph(dt, ["B", 1, rows, "T"], causal, False, {"scale": 0.25})
+    exe = compiler.compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    tol = 2e-5 if dt == "f32" else 1e-12
+    rng = np.random.default_rng(2)
+    # B = 4: no padding, a head and a tail, all keys padded out, a tail past a block edge
+    for S, Tk, lead, tail in [(7, 9, (0, 2, 9, 0), (0, 3, 0, 4)),
+                              (150, 600, (0, 100, 600, 0), (0, 30, 0, 470)),
+                              (600, 600, (0, 513, 600, 0), (0, 0, 0, 129))]:
+        q, k, v, _ = _inputs((4, 2, S, 16), Tk, 16, NP[dt], seed=S)
+        do = rng.standard_normal((4, 2, S, 16)).astype(NP[dt])
+        m = _padding_mask((4, 1, S if rows == "S" else 1, Tk), lead, tail, NP[dt])
+        if rows == "S":
+            m[0, 0, 3, :] = -np.inf  # one fully masked row: the others keep every key
+        inputs = [q, k, v, do, m]
+        got = exe.run(inputs)
+        want = interpret(g, inputs)
+        for n, (a, w) in enumerate(zip(got, want)):
+            scale_ = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+            np.testing.assert_allclose(a, w, rtol=tol, atol=tol * scale_,
+                                       err_msg=f"output {n} at S={S}, T={Tk}")
+        dk, dv = got[3], got[4]
+        assert not dk[2].any() and not dv[2].any()  # the padded-out batch
+        assert not dk[1, :, :100 if Tk == 600 else 2].any()
+
+
+@pytest.fixture
+def omp_threads():
+    """Sets the OpenMP team size of this thread's next parallel regions (libgomp, which the
+    native modules use), restoring it after."""
+    import ctypes
+
+    gomp = ctypes.CDLL("libgomp.so.1")
+    previous = gomp.omp_get_max_threads()
+    yield gomp.omp_set_num_threads
+    gomp.omp_set_num_threads(previous)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_native_backward_with_fewer_heads_than_threads(compiler, omp_threads, causal):
+    """Fewer heads than threads: the backward's tasks are (head, key block) and dQ is summed
+    over per-thread copies (csrc/attention.c, split). Gradients match the reference with 1
+    to 3 heads on 4 and 7 threads, key lengths across the 128-key blocks, and a padding
+    mask whose -inf tail the tasks clip."""
+    g = _graph("f32", ["B", 1, 1, "T"], causal, False, {"scale": 0.25})
+    exe = compiler.compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    rng = np.random.default_rng(9)
+    for threads in (4, 7):
+        omp_threads(threads)
+        for B, H, S, Tk in [(1, 1, 300, 300), (1, 3, 200, 450), (2, 1, 129, 129),
+                            (1, 2, 40, 700)]:
+            q, k, v, _ = _inputs((B, H, S, 16), Tk, 16, np.float32, seed=S + Tk)
+            do = rng.standard_normal((B, H, S, 16)).astype(np.float32)
+            m = _padding_mask((B, 1, 1, Tk), [0] * B, [0] + [Tk // 3] * (B - 1), np.float32)
+            if B == 1:
+                m[0, ..., -Tk // 4:] = -np.inf
+            inputs = [q, k, v, do, m]
+            got = exe.run(inputs)
+            want = interpret(g, inputs)
+            for n, (a, w) in enumerate(zip(got, want)):
+                scale_ = max(1.0, float(np.abs(w).max()))
+                np.testing.assert_allclose(a, w, rtol=2e-5, atol=2e-5 * scale_,
+                                           err_msg=f"output {n} at {(B, H, S, Tk)}, "
+                                                   f"{threads} threads")
