@@ -34,6 +34,7 @@
 #ifndef DISC_DNNL_CONV_DEFINED
 #define DISC_DNNL_CONV_DEFINED
 #include <dlfcn.h>
+#include <omp.h>
 #include <pthread.h>
 
 typedef struct {
@@ -114,6 +115,8 @@ typedef struct {
   char impl[64];
 } disc_dnnl_entry;
 #define DISC_DNNL_CACHE 48
+/* multiply-adds below which a problem runs on one thread (a few microseconds) */
+#define DISC_DNNL_SERIAL_WORK 65536
 static disc_dnnl_entry disc_dnnl_cache[DISC_DNNL_CACHE];
 static int64_t disc_dnnl_clock;
 /* primitive creations tried and failed, this module (see disc_dnnl_counts) */
@@ -374,49 +377,9 @@ static void *disc_dnnl_scratch_get(int i, size_t bytes) {
   return s->buf[i];
 }
 
-/* Runs problem ``d`` (library ``lib``): buffers src, wei, dst as described there and bias
-   (NULL when d->has_bias is 0). 0 on success, else 1 with a message in msg. */
-static __attribute__((noinline)) int disc_dnnl_conv(const char *lib,
-    const disc_dnnl_conv_desc *d, void *src, void *wei, void *bias, void *dst,
-    char *msg, int64_t len, const char **impl) {
-  if (disc_dnnl_state != 1) {
-    pthread_mutex_lock(&disc_dnnl_lock);
-    disc_dnnl_load(lib, msg, (size_t)len);
-    pthread_mutex_unlock(&disc_dnnl_lock);
-    if (disc_dnnl_state != 1) return 1;
-  }
-  {  /* empty problems: oneDNN takes no zero dims */
-    int64_t nsrc = 1, nwei = 1, ndst = 1;
-    for (int i = 0; i < 2 + d->nsp; ++i) { nsrc *= d->src[i]; nwei *= d->wei[i]; ndst *= d->dst[i]; }
-    if (d->kind == 1 && (nsrc == 0 || ndst == 0)) {  /* nothing summed: zero gradients */
-      memset(wei, 0, (size_t)nwei * sizeof(float));  /* (contiguous: the op's own result) */
-      if (bias) memset(bias, 0, (size_t)d->wei[0] * sizeof(float));
-      return 0;
-    }
-    if (d->kind == 2 && nsrc == 0) return 0;
-    if (d->kind == 2 && (ndst == 0 || nwei == 0)) {  /* nothing reaches the input */
-      memset(src, 0, (size_t)nsrc * sizeof(float));  /* (contiguous: the op's own result) */
-      return 0;
-    }
-    if (d->kind == 0 && ndst == 0) return 0;
-    if (d->kind == 0 && (nsrc == 0 || nwei == 0)) {  /* no taps: act(bias) everywhere */
-      float *y = (float *)dst;
-      const int64_t inner = ndst / (d->dst[0] * d->dst[1]);
-      for (int64_t n = 0; n < d->dst[0]; ++n)
-        for (int64_t o = 0; o < d->dst[1]; ++o) {
-          float v = bias ? ((const float *)bias)[o] : 0.f;
-          if (d->act == DNNL_ELT_RELU && !(v > 0.f)) v = 0.f;
-          for (int64_t r = 0; r < inner; ++r) {
-            int64_t off = n * d->dst_st[0] + o * d->dst_st[1], rest = r;
-            for (int j = (int)d->nsp - 1; j >= 0; --j) {
-              off += (rest % d->dst[2 + j]) * d->dst_st[2 + j]; rest /= d->dst[2 + j];
-            }
-            y[off] = v;
-          }
-        }
-      return 0;
-    }
-  }
+/* Runs nonempty problem ``d`` in its cached primitive (see disc_dnnl_conv). */
+static int disc_dnnl_run(const disc_dnnl_conv_desc *d, void *src, void *wei, void *bias,
+                         void *dst, char *msg, int64_t len, const char **impl) {
   int own = 0;
   disc_dnnl_entry *e = disc_dnnl_acquire(d, &own);
   if (!e) { snprintf(msg, (size_t)len, "oneDNN has no convolution for this problem"); return 1; }
@@ -467,6 +430,66 @@ done:
   if (own) e->mem_busy = 0;
   e->refs--;
   pthread_mutex_unlock(&disc_dnnl_lock);
+  return rc;
+}
+
+
+/* Runs problem ``d`` (library ``lib``): buffers src, wei, dst as described there and bias
+   (NULL when d->has_bias is 0). 0 on success, else 1 with a message in msg. */
+static __attribute__((noinline)) int disc_dnnl_conv(const char *lib,
+    const disc_dnnl_conv_desc *d, void *src, void *wei, void *bias, void *dst,
+    char *msg, int64_t len, const char **impl) {
+  if (disc_dnnl_state != 1) {
+    pthread_mutex_lock(&disc_dnnl_lock);
+    disc_dnnl_load(lib, msg, (size_t)len);
+    pthread_mutex_unlock(&disc_dnnl_lock);
+    if (disc_dnnl_state != 1) return 1;
+  }
+  {  /* empty problems: oneDNN takes no zero dims */
+    int64_t nsrc = 1, nwei = 1, ndst = 1;
+    for (int i = 0; i < 2 + d->nsp; ++i) { nsrc *= d->src[i]; nwei *= d->wei[i]; ndst *= d->dst[i]; }
+    if (d->kind == 1 && (nsrc == 0 || ndst == 0)) {  /* nothing summed: zero gradients */
+      memset(wei, 0, (size_t)nwei * sizeof(float));  /* (contiguous: the op's own result) */
+      if (bias) memset(bias, 0, (size_t)d->wei[0] * sizeof(float));
+      return 0;
+    }
+    if (d->kind == 2 && nsrc == 0) return 0;
+    if (d->kind == 2 && (ndst == 0 || nwei == 0)) {  /* nothing reaches the input */
+      memset(src, 0, (size_t)nsrc * sizeof(float));  /* (contiguous: the op's own result) */
+      return 0;
+    }
+    if (d->kind == 0 && ndst == 0) return 0;
+    if (d->kind == 0 && (nsrc == 0 || nwei == 0)) {  /* no taps: act(bias) everywhere */
+      float *y = (float *)dst;
+      const int64_t inner = ndst / (d->dst[0] * d->dst[1]);
+      for (int64_t n = 0; n < d->dst[0]; ++n)
+        for (int64_t o = 0; o < d->dst[1]; ++o) {
+          float v = bias ? ((const float *)bias)[o] : 0.f;
+          if (d->act == DNNL_ELT_RELU && !(v > 0.f)) v = 0.f;
+          for (int64_t r = 0; r < inner; ++r) {
+            int64_t off = n * d->dst_st[0] + o * d->dst_st[1], rest = r;
+            for (int j = (int)d->nsp - 1; j >= 0; --j) {
+              off += (rest % d->dst[2 + j]) * d->dst_st[2 + j]; rest /= d->dst[2 + j];
+            }
+            y[off] = v;
+          }
+        }
+      return 0;
+    }
+  }
+  /* A problem of a few microseconds runs on the calling thread alone (its primitive is
+     made so, once): a team of OpenMP threads forked and joined for the weights' reorder
+     and again for the convolution cost more than the work (exe.run of the memory-bound
+     benchmark's 1x1 image, best of 15, two threads: 9.4 -> 7.4 us). The thread count set
+     is the calling thread's own (per-thread OpenMP state) and restored after; a team of
+     one leaves the OpenMP thread pool as it is (no thread is made again afterwards). */
+  int64_t work = d->dst[0] * d->dst[1] * (d->src[1] / (d->groups > 0 ? d->groups : 1));
+  for (int j = 0; j < d->nsp; ++j) work *= d->wei[2 + j] * d->dst[2 + j];
+  const int team = omp_get_max_threads();
+  const int alone = team > 1 && work < DISC_DNNL_SERIAL_WORK;
+  if (alone) omp_set_num_threads(1);
+  const int rc = disc_dnnl_run(d, src, wei, bias, dst, msg, len, impl);
+  if (alone) omp_set_num_threads(team);
   return rc;
 }
 
