@@ -7,6 +7,9 @@ test_conv_grad.py and test_native_gemm_epilogue.py cover."""
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 import numpy as np
 import pytest
 
@@ -14,6 +17,7 @@ from disc_core import Compiler, GraphBuilder, interpret, jit
 from disc_core.native.lower import backend_lowering
 from disc_core.native.onednn_conv import onednn_conv_library
 from disc_runtime import CompileCache
+from disc_runtime.native import MODULE_FILE, module_load_path
 
 pytestmark = pytest.mark.skipif(onednn_conv_library() is None,
                                 reason="oneDNN not installed (disc-runtime[onednn])")
@@ -68,6 +72,9 @@ def conv_bias_relu(c: int, o: int, k: int, stride: int, pad: int, dil: int, grou
     (16, 8, 1, 2, 0, 1, 1),    # strided 1x1 (negative right padding inside oneDNN)
     (8, 16, 3, 1, 2, 2, 4),    # dilated, grouped
     (8, 8, 3, 2, 1, 1, 8),     # depthwise, strided
+    (32, 16, 3, 2, 1, 1, 1),   # channel-blocked activations (multiples of 16), strided
+    (32, 64, 3, 1, 1, 1, 2),   # channel-blocked, grouped
+    (16, 16, 3, 1, 1, 1, 16),  # channel-blocked, depthwise
 ])
 def test_forward_with_bias_and_relu_is_one_primitive(compiler, c, o, k, stride, pad, dil,
                                                      groups) -> None:
@@ -198,3 +205,84 @@ def test_tiny_images_with_strides_and_uneven_padding(compiler) -> None:
         check(compiler, g, [RNG.standard_normal((n, h, wd, 3)).astype(np.float32),
                             RNG.standard_normal((3, 3, 3, 4)).astype(np.float32),
                             RNG.standard_normal((n, oh, ow, 4)).astype(np.float32)])
+
+
+def primitive_counts(exe) -> tuple[int, int]:
+    """(convolution primitives made, problems oneDNN rejected) in ``exe``'s module (the
+    loaded one: dlopen by the same name returns it)."""
+    lib = ctypes.CDLL(module_load_path(exe.artifact.path(MODULE_FILE)))
+    out = (ctypes.c_int64 * 2)()
+    lib.disc_dnnl_counts(out)
+    return out[0], out[1]
+
+
+def test_a_rejected_problem_is_not_tried_again(compiler) -> None:
+    """A forward convolution on a 2x2 image with a stride and uneven padding is first tried
+    as oneDNN's backward-weights form, which oneDNN rejects: the rejection is cached with
+    the problem, so later calls make no primitive at all (each failed creation cost as
+    much as the convolution)."""
+    b = GraphBuilder("rejected")
+    N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
+    x = b.input("x", "f32", [N, H, W, 3])
+    w = b.input("w", "f32", [3, 3, 3, 4])
+    y = b.convolution(x, w, window_strides=[1, 2], padding=[[1, 2], [2, 0]],
+                      rhs_dilation=[1, 1], feature_group_count=1, input_layout="NHWC",
+                      kernel_layout="HWIO", output_layout="NHWC", lhs_dilation=[1, 1],
+                      batch_group_count=1)
+    g = b.build(y)
+    inputs = [RNG.standard_normal((1, 2, 2, 3)).astype(np.float32),
+              RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)]
+    exe = check(compiler, g, inputs)
+    built, rejected = primitive_counts(exe)
+    assert rejected >= 1 and built >= 1  # the backward-weights form, then the forward
+    for _ in range(3):
+        check(compiler, g, inputs)
+    assert primitive_counts(exe) == (built, rejected)
+
+
+@pytest.mark.parametrize("nsp", [1, 3])
+def test_channel_blocked_layouts_in_one_and_three_dims(compiler, nsp) -> None:
+    """16-channel multiples run on channel-blocked activations (nCw16c, nCdhw16c) too."""
+    b = GraphBuilder(f"blocked{nsp}")
+    sp = "DHW"[3 - nsp:]
+    dims = [b.symbol("N"), 16] + [b.symbol(ch) for ch in sp]
+    x = b.input("x", "f32", dims)
+    w = b.input("w", "f32", [32, 16] + [3] * nsp)
+    bias = b.input("bias", "f32", [32])
+    y = b.convolution(x, w, window_strides=[1] * nsp, padding=[[1, 1]] * nsp,
+                      lhs_dilation=[1] * nsp, rhs_dilation=[1] * nsp, feature_group_count=1,
+                      batch_group_count=1, input_layout="NC" + sp, kernel_layout="OI" + sp,
+                      output_layout="NC" + sp)
+    y = b.add(y, b.broadcast_in_dim(bias, shape=list(y.shape), broadcast_dimensions=[1]))
+    g = b.build(b.max(y, b.full(0.0, "f32", list(y.shape))))
+    assert lowered_ops(g) == ["fused_convolution"]
+    for n, s in [(2, 7), (1, 1), (3, 4)]:
+        check(compiler, g, [RNG.standard_normal((n, 16) + (s,) * nsp).astype(np.float32),
+                            RNG.standard_normal((32, 16) + (3,) * nsp).astype(np.float32),
+                            RNG.standard_normal(32).astype(np.float32)])
+
+
+def test_concurrent_calls_of_one_problem(compiler) -> None:
+    """Calls of one problem from several threads at once: one of them uses the cache
+    entry's memory objects, the others their own; every result is right."""
+    g = conv_bias_relu(32, 32, 3, 1, 1, 1, 1)
+    exe = compiler.compile(g)
+    inputs = [[RNG.standard_normal((2, 32, 12, 10)).astype(np.float32),
+               RNG.standard_normal((32, 32, 3, 3)).astype(np.float32),
+               RNG.standard_normal(32).astype(np.float32)] for _ in range(4)]
+    want = [interpret(g, a)[0] for a in inputs]
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        for _ in range(25):
+            got = exe.run(inputs[i])[0]
+            if not np.allclose(got, want[i], rtol=2e-4, atol=2e-4):
+                errors.append(f"thread {i}: max error {np.abs(got - want[i]).max()}")
+                return
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
