@@ -338,3 +338,23 @@ def test_view_of_an_elementwise_result_moves_onto_its_operands(shared) -> None:
     lower_native(g)
     kernels = [s for s in plan_fusion(g).steps if isinstance(s, Kernel)]
     assert len(kernels) == (2 if shared else 1), [k.space for k in kernels]
+
+
+def test_view_of_a_scalar_or_returned_elementwise_result_stays() -> None:
+    """A rank-0 value viewed as [1] has no leading dim to split, and a value the graph
+    also returns must be computed where it is anyway: neither view moves (the fuzzer found
+    the first crashing the pass)."""
+    rng = np.random.default_rng(5)
+
+    def build(b):
+        x = b.input("x", "f32", ["B"])
+        s = b.neg(b.reduce(x, kind="sum", axes=[0]))
+        m = b.input("m", "f32", [parse_expr("B*S"), 4])
+        e = b.exp(m)
+        return [b.reshape(s, shape=[1]), s, b.reshape(e, shape=[b.symbol("B"), "S", 4]), e]
+
+    from disc_core.symbolic import parse_expr
+
+    ops = _check_same(build, [rng.standard_normal(3).astype(np.float32),
+                              rng.standard_normal((6, 4)).astype(np.float32)])
+    assert ops.count("exp") == 1 and ops.count("neg") == 1, ops

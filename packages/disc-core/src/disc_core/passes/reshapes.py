@@ -67,6 +67,7 @@ class MoveReshapes(Pass):
 
     def run(self, graph: Graph) -> bool:
         self._users = graph.users()
+        self._returned = {id(v) for v in graph.outputs}
         return rewrite_ops(graph, self.rewrite)
 
     def rewrite(self, op: Op, rw: Rewriter) -> Value | None:
@@ -148,9 +149,10 @@ class MoveReshapes(Pass):
         x, res = op.operands[0], op.results[0]
         p = x.producer
         if (p is None or len(p.results) != 1 or not p.opdef.has_trait("elementwise")
-                or [id(u) for u in self._users.get(x, [])] != [id(op)]):
+                or [id(u) for u in self._users.get(x, [])] != [id(op)]
+                or id(x) in self._returned):
             return None
-        if leading_group(res, x) is None:
+        if x.rank < 1 or leading_group(res, x) is None:
             return None
         shift = res.rank - x.rank
         operands: list[Value] = []
