@@ -411,3 +411,24 @@ def test_epilogue_with_column_sums(tmp_path, dt, row) -> None:
     big = [randn(8, 300, 24, dtype=np_dt), randn(24, 40, dtype=np_dt),
            randn(8, 300, 40, dtype=np_dt)]
     assert counters(exe, big) == {"kernel0.gemm_blocks": 1}
+
+
+def test_column_sums_too_large_for_partial_rows_run_after_the_gemm(tmp_path,
+                                                                   monkeypatch) -> None:
+    """Partial rows over ``SUMS_MAX_BYTES`` (here lowered to 4 KiB) are not allocated: the
+    GEMM runs alone and the kernel after it as a step of its own; smaller shapes of the
+    same module still run fused. Both exact."""
+    from disc_core.native import gemm_epilogue
+
+    monkeypatch.setattr(gemm_epilogue, "SUMS_MAX_BYTES", 4096)
+    g = gelu_backward("f32")
+    exe = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    assert plan(exe) == {"librarycall": 1, "gemm_epilogue": 1}
+    small = [randn(2, 3, 24), randn(24, 40), randn(2, 3, 40)]  # 6 x 40 floats: fused
+    big = [randn(4, 77, 24), randn(24, 40), randn(4, 77, 40)]  # 308 x 40: after
+    for ins in (small, big):
+        check(exe, g, ins, 1e-4)
+    assert "kernel0.gemm_blocks" in counters(exe, small)
+    after = counters(exe, big)
+    assert "kernel0.gemm_blocks" not in after and any(
+        n.startswith("kernel0.") for n in after), after

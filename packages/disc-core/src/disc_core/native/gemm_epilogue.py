@@ -52,8 +52,9 @@ from .fusion import (
 from .kernel_emit import transposed_innermost, vector_speculation
 from .library import gemm_layout
 
-__all__ = ["column_sums", "epilogue_rows", "epilogue_source", "finish_epilogue",
-           "forwarding_entries", "fuse_gemm_epilogues", "rows_entries", "setup_epilogue"]
+__all__ = ["SUMS_MAX_BYTES", "column_sums", "epilogue_rows", "epilogue_source",
+           "finish_epilogue", "forwarding_entries", "fuse_gemm_epilogues", "rows_entries",
+           "setup_epilogue", "sum_buffers", "sums_guard"]
 
 
 def fuse_gemm_epilogues(plan: FusionPlan) -> FusionPlan:
@@ -260,9 +261,8 @@ def setup_epilogue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols
     names = [f"(void *){ptr(v)}" for v in k.inputs] + [f"(void *){ptr(o)}" for o in k.outputs]
     lines: list[str] = []
     sums = column_sums(k)
-    if sums:  # partial rows (buffers declared NULL at the top of disc_run: see sum_buffers)
-        rows, cols = syms.c(product(k.space[:-1])), syms.c(k.space[-1])
-        lines.append(f"  const int64_t epiR{k.id} = {rows}, epiC{k.id} = {cols};")
+    if sums:  # partial rows (buffers declared NULL at the top of disc_run: see sum_buffers;
+        # epiR / epiC declared by sums_guard)
         for i, (_, o) in enumerate(sums):
             t = ctype(o.dtype)
             lines.append(f"  epip{k.id}_{i} = ({t} *)malloc((size_t)(epiR{k.id} * epiC{k.id} "
@@ -284,6 +284,26 @@ def setup_epilogue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols
     lines.append(f"  const disc_epi_fn {fn} = {choice};")
     count = f"(env->counters ? env->counters + {base} : NULL)"
     return lines, (fn, f"epi{k.id}", syms.c(q), count)
+
+
+#: Largest partial-row buffer (rows x columns of the epilogue, bytes) a GEMM epilogue
+#: with column sums allocates; only the rows starting a block are touched, but a larger
+#: allocation may fail where memory is not overcommitted. Above it the GEMM runs alone
+#: and the kernel after it, as a step of its own (``sums_guard``).
+SUMS_MAX_BYTES = 64 << 20
+
+
+def sums_guard(step: LibraryCall, syms: Symbols) -> tuple[list[str], str] | None:
+    """For a GEMM whose epilogue has column sums: the declarations of its row and column
+    counts (``epiR<id>``, ``epiC<id>``) and the C condition under which it runs fused
+    (partial rows within ``SUMS_MAX_BYTES``); None for any other GEMM."""
+    k = step.epilogue
+    if k is None or not column_sums(k):
+        return None
+    rows, cols = syms.c(product(k.space[:-1])), syms.c(k.space[-1])
+    size = max(o.dtype.itemsize for _, o in column_sums(k))
+    decls = [f"  const int64_t epiR{k.id} = {rows}, epiC{k.id} = {cols};"]
+    return decls, f"(double)epiR{k.id} * (double)epiC{k.id} * {size} <= {SUMS_MAX_BYTES}.0"
 
 
 def sum_buffers(plan: FusionPlan) -> tuple[list[str], list[str]]:
