@@ -355,3 +355,83 @@ def test_gemm_fusion_off_runs_the_gemm_and_its_consumer_apart(tmp_path, monkeypa
     assert apart.artifact.key != fused.artifact.key
     for exe in (fused, apart):
         check(exe, g, ins, 1e-4)
+
+
+def gelu_backward(dt: str, *, row: bool = False):
+    """The gradient through a linear layer's GELU, as a backward pass computes it: the
+    GEMM dy @ w gives d(gelu output), the epilogue multiplies by gelu'(h) and sums the
+    result over every row (the bias gradient). ``row``: also a row reduction (a row
+    kernel with column sums, as a LayerNorm's backward is)."""
+    b = GraphBuilder(f"gelu_backward_{dt}_{row}")
+    B, S = b.symbol("B"), b.symbol("S")
+    dy, w = b.input("dy", dt, [B, S, 24]), b.input("w", dt, [24, 40])
+    h = b.input("h", dt, [B, S, 40])
+    shape = [B, S, 40]
+    g = b.dot_general(dy, w, lhs_batch=[], rhs_batch=[], lhs_contract=[2], rhs_contract=[0])
+
+    def c(v):
+        return b.full(v, dt, shape)
+
+    cdf = b.mul(c(0.5), b.add(c(1.0), b.erf(b.mul(h, c(1 / math.sqrt(2))))))
+    pdf = b.mul(c(1 / math.sqrt(2 * math.pi)), b.exp(b.mul(c(-0.5), b.mul(h, h))))
+    dh = b.mul(g, b.add(cdf, b.mul(h, pdf)))
+    if row:
+        mean = b.reduce(dh, kind="sum", axes=[2])
+        dh = b.sub(dh, b.broadcast_in_dim(mean, shape=shape, broadcast_dimensions=[0, 1]))
+    return b.build(dh, b.reduce(dh, kind="sum", axes=[0, 1]),
+                   b.reduce(b.mul(dh, h), kind="sum", axes=[0, 1]))
+
+
+@pytest.mark.parametrize("row", [False, True])
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_epilogue_with_column_sums(tmp_path, dt, row) -> None:
+    """A row kernel that also sums its values over all rows (LayerNorm's dgamma/dbeta)
+    runs as the GEMM's epilogue: each block of rows sums into its own
+    partial row, added up in row order after the GEMM. Checked against the interpreter
+    on empty, single, odd and many-block shapes, the same bits on every call, one
+    compile, and the blocks path taken (counters)."""
+    np_dt = np.float32 if dt == "f32" else np.float64
+    tol = 1e-4 if dt == "f32" else 1e-10
+    g = gelu_backward(dt, row=row)
+    fn = jit(g, cache=CompileCache(tmp_path))
+    for bsz, s in [(1, 1), (2, 3), (0, 5), (3, 0), (3, 77), (8, 300), (4, 612)]:
+        ins = [randn(bsz, s, 24, dtype=np_dt), randn(24, 40, dtype=np_dt),
+               randn(bsz, s, 40, dtype=np_dt)]
+        got = fn(*ins)
+        want = interpret(g, ins)
+        for x, y in zip(got, want):
+            assert x.shape == y.shape
+            np.testing.assert_allclose(x, y, rtol=tol, atol=tol * max(1, bsz * s) ** 0.5)
+        again = fn(*ins)
+        for x, y in zip(got, again):
+            np.testing.assert_array_equal(x, y)  # row-order sums: the same every call
+    assert fn.stats.compiles == 1
+    exe = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    if not row:  # a loop kernel with column sums stays after the GEMM (measured slower)
+        assert plan(exe) == {"librarycall": 1, "loop": 1}
+        return
+    assert plan(exe) == {"librarycall": 1, "gemm_epilogue": 1}
+    big = [randn(8, 300, 24, dtype=np_dt), randn(24, 40, dtype=np_dt),
+           randn(8, 300, 40, dtype=np_dt)]
+    assert counters(exe, big) == {"kernel0.gemm_blocks": 1}
+
+
+def test_column_sums_too_large_for_partial_rows_run_after_the_gemm(tmp_path,
+                                                                   monkeypatch) -> None:
+    """Partial rows over ``SUMS_MAX_BYTES`` (here lowered to 4 KiB) are not allocated: the
+    GEMM runs alone and the kernel after it as a step of its own; smaller shapes of the
+    same module still run fused. Both exact."""
+    from disc_core.native import gemm_epilogue
+
+    monkeypatch.setattr(gemm_epilogue, "SUMS_MAX_BYTES", 4096)
+    g = gelu_backward("f32", row=True)
+    exe = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    assert plan(exe) == {"librarycall": 1, "gemm_epilogue": 1}
+    small = [randn(2, 3, 24), randn(24, 40), randn(2, 3, 40)]  # 6 x 40 floats: fused
+    big = [randn(4, 77, 24), randn(24, 40), randn(4, 77, 40)]  # 308 x 40: after
+    for ins in (small, big):
+        check(exe, g, ins, 1e-4)
+    assert "kernel0.gemm_blocks" in counters(exe, small)
+    after = counters(exe, big)
+    assert "kernel0.gemm_blocks" not in after and any(
+        n.startswith("kernel0.") for n in after), after

@@ -298,3 +298,63 @@ def test_slice_of_a_transpose_slices_first(perm, start, limit, stride) -> None:
     concrete = [5 if d == "B" else 6 if d == "S" else d for d in src]
     data = np.random.default_rng(0).standard_normal(concrete).astype(np.float32)
     np.testing.assert_array_equal(interpret(g, [data])[0], interpret(build(), [data])[0])
+
+
+def _recomputed_linear(b, shared: bool):
+    """A backward pass's recomputation of a linear layer's output: the saved flat GEMM
+    result [B*S, N] plus the bias, viewed as [B, S, N] for the activation's gradient."""
+    from disc_core.symbolic import parse_expr
+
+    g = b.input("g", "f32", ["B", "S", 4])
+    m = b.input("m", "f32", [parse_expr("B*S"), 4])
+    bias = b.input("bias", "f32", [4])
+    h = b.add(m, b.broadcast_in_dim(bias, shape=list(m.shape), broadcast_dimensions=[1]))
+    h = b.mul(h, h)
+    view = b.reshape(h, shape=list(g.shape))
+    out = [b.mul(g, b.tanh(view))]
+    if shared:  # the flat value has another reader: it stays flat
+        out.append(b.exp(h))
+    return out
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_view_of_an_elementwise_result_moves_onto_its_operands(shared) -> None:
+    """reshape(e(m, broadcast(bias))) splitting m's leading dim becomes e(reshape(m),
+    broadcast(bias)) in the view's layout when the view is e's only reader: the whole
+    chain then runs as one kernel over [B, S, N] (no kernel over [B*S, N] writing it)."""
+    from disc_core.native.build import lower_native
+    from disc_core.native.fusion import Kernel, plan_fusion
+
+    rng = np.random.default_rng(4)
+    for bsz, s in ((2, 3), (1, 1), (3, 7)):
+        inputs = [rng.standard_normal(sh).astype(np.float32)
+                  for sh in ((bsz, s, 4), (bsz * s, 4), (4,))]
+        ops = _check_same(lambda b: _recomputed_linear(b, shared), inputs)
+    b = GraphBuilder("g")
+    g = b.build(*_recomputed_linear(b, shared))
+    default_pipeline().run(g)
+    ranks = sorted(op.results[0].rank for op in g.ops if op.name == "add")
+    assert ranks == ([2] if shared else [3]), (ranks, ops)
+    lower_native(g)
+    kernels = [s for s in plan_fusion(g).steps if isinstance(s, Kernel)]
+    assert len(kernels) == (2 if shared else 1), [k.space for k in kernels]
+
+
+def test_view_of_a_scalar_or_returned_elementwise_result_stays() -> None:
+    """A rank-0 value viewed as [1] has no leading dim to split, and a value the graph
+    also returns must be computed where it is anyway: neither view moves (the fuzzer found
+    the first crashing the pass)."""
+    rng = np.random.default_rng(5)
+
+    def build(b):
+        x = b.input("x", "f32", ["B"])
+        s = b.neg(b.reduce(x, kind="sum", axes=[0]))
+        m = b.input("m", "f32", [parse_expr("B*S"), 4])
+        e = b.exp(m)
+        return [b.reshape(s, shape=[1]), s, b.reshape(e, shape=[b.symbol("B"), "S", 4]), e]
+
+    from disc_core.symbolic import parse_expr
+
+    ops = _check_same(build, [rng.standard_normal(3).astype(np.float32),
+                              rng.standard_normal((6, 4)).astype(np.float32)])
+    assert ops.count("exp") == 1 and ops.count("neg") == 1, ops

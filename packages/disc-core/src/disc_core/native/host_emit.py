@@ -23,7 +23,7 @@ from .fusion import (
     ScatterCall,
     step_values,
 )
-from .gemm_epilogue import setup_epilogue
+from .gemm_epilogue import finish_epilogue, setup_epilogue, sum_buffers, sums_guard
 from .gemm_prologue import setup_prologue
 from .kernel_emit import vector_speculation
 from .library import emit_gemm, emit_scan, emit_scatter, is_gemm
@@ -178,6 +178,8 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
       "const disc_env *env, char *err, int64_t errlen) {")
     w(f"  int64_t S[{max(len(syms.index), 1)}] = {{0}};")
     w("  char *arena = NULL; (void)S;")
+    sum_decls, sum_frees = sum_buffers(plan)
+    L.extend(sum_decls)
     w("  const int prof = env->profile != NULL;")
     w("  int64_t prof_t = prof ? disc_now_ns() : 0;")
     w(f"  if (n_in != {len(graph.inputs)}) DISC_FAIL(\"expected {len(graph.inputs)} inputs\");")
@@ -304,10 +306,19 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
                 if s.prologue is not None:
                     lines, pro = setup_prologue(s, ptr, syms, info)
                     pre += lines
+                guard = sums_guard(s, syms)
+                if guard is not None:  # partial rows too large: GEMM, then the kernel
+                    pre += [*guard[0], f"  if ({guard[1]}) {{"]
                 if s.epilogue is not None:
                     lines, epi = setup_epilogue(s, ptr, syms, info)
                     pre += lines
-                L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro), "  }"])
+                post = finish_epilogue(s, ptr) if s.epilogue is not None else []
+                L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro), *post])
+                if guard is not None and s.epilogue is not None:
+                    L.extend(["  } else {", *emit_gemm(s.op, ptr, syms, None, pro)])
+                    _emit_launch(s.epilogue, ptr, syms, info, w)
+                    w("  }")
+                w("  }")
                 info.gemm_dtypes.add(s.op.operands[0].dtype)
         elif isinstance(s, ScatterCall):
             L.extend(emit_scatter(s.op, ptr, syms))
@@ -324,6 +335,7 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     w("  if (prof) __atomic_fetch_add(&env->profile[0], 1, __ATOMIC_RELAXED);")
     w("  return 0;")
     w("fail:")
+    L.extend(sum_frees)
     w("  free(arena);")
     w("  return 1;")
     w("}")

@@ -12,7 +12,13 @@ the backward pass's weight gradient reads two flattened views. Here the reshapes
   contracts a's and b's leading dims directly;
 * ``e(reshape(u), broadcast(bias))``, elementwise, becomes ``reshape(e(u, broadcast(bias)))``
   on u's shape: the view moves on towards the consumers, and cancels against the view
-  back to u's shape that follows a linear layer.
+  back to u's shape that follows a linear layer;
+* ``reshape(e(x, broadcast(bias)))`` splitting x's leading dim, with the view e's only
+  reader, becomes ``e(reshape(x), broadcast(bias))``: e runs in its reader's layout. A
+  backward pass recomputes a linear layer's output from the saved flat GEMM result
+  (``[B*S, N]`` plus the bias) and views it as ``[B, S, N]`` for the activation's
+  gradient; in the flat layout the add is a kernel of its own writing the whole tensor,
+  in the reader's it joins the gradient kernel (and with it, the GEMM epilogue there).
 
 Only static rules on structurally equal dims: the rewritten graph computes the same values
 for every shape.
@@ -60,11 +66,15 @@ class MoveReshapes(Pass):
     name = "move_reshapes"
 
     def run(self, graph: Graph) -> bool:
+        self._users = graph.users()
+        self._returned = {id(v) for v in graph.outputs}
         return rewrite_ops(graph, self.rewrite)
 
     def rewrite(self, op: Op, rw: Rewriter) -> Value | None:
         if op.name == "dot_general":
             return self._dot(op, rw)
+        if op.name == "reshape":
+            return self._sink(op, rw)
         if op.opdef.has_trait("elementwise") and len(op.results) == 1:
             return self._hoist(op, rw)
         return None
@@ -129,3 +139,34 @@ class MoveReshapes(Pass):
                 return None
         out = rw.op(op.name, *operands, **dict(op.attrs))
         return rw.op("reshape", out, shape=list(res.shape))
+
+    def _sink(self, op: Op, rw: Rewriter) -> Value | None:
+        """``reshape(e(x, ...))`` -> ``e(reshape(x), ...)`` when the view splits x's
+        leading dim (keeping the rest), e is elementwise and the view its only reader,
+        and every operand of e is x-shaped (viewed too), a broadcast along the kept dims
+        or a scalar. The views of e's operands are zero-copy (or sink further, through
+        their own elementwise producers, in the next round)."""
+        x, res = op.operands[0], op.results[0]
+        p = x.producer
+        if (p is None or len(p.results) != 1 or not p.opdef.has_trait("elementwise")
+                or [id(u) for u in self._users.get(x, [])] != [id(op)]
+                or id(x) in self._returned):
+            return None
+        if x.rank < 1 or leading_group(res, x) is None:
+            return None
+        shift = res.rank - x.rank
+        operands: list[Value] = []
+        for w in p.operands:
+            q = w.producer
+            if w.rank == 0:
+                operands.append(w)
+            elif (q is not None and q.name == "broadcast_in_dim"
+                  and all(d >= 1 for d in q.attrs["broadcast_dimensions"])):
+                operands.append(rw.op(
+                    "broadcast_in_dim", q.operands[0], shape=list(res.shape),
+                    broadcast_dimensions=[d + shift for d in q.attrs["broadcast_dimensions"]]))
+            elif tuple(w.shape) == tuple(x.shape):
+                operands.append(rw.op("reshape", w, shape=list(res.shape)))
+            else:
+                return None
+        return rw.op(p.name, *operands, **dict(p.attrs))
