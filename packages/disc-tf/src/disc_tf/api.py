@@ -136,6 +136,18 @@ class _Entry:
     # differentiate the original function but not the rebuilt one
     rebuilt_differentiable: bool = True
     name: str = ""
+    #: (i, a, j, b): the rebuilt function assumes dim a of flat input i equals dim b of
+    #: flat input j (partition.analyze's equal_dims); a call breaking one runs the original
+    equal_dims: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+    def fits(self, flat: list[Any]) -> bool:
+        """Whether these flat inputs satisfy :attr:`equal_dims` (static shapes; a dim
+        unknown in a graph-mode call does not)."""
+        for i, a, j, b in self.equal_dims:
+            da, db = flat[i].shape[a], flat[j].shape[b]
+            if da is None or da != db:
+                return False
+        return True
 
 
 class DiscFunction:
@@ -230,6 +242,9 @@ class DiscFunction:
                 if len(flat) == len(tensors) and all(
                         f is args[i] for f, i in zip(flat, tensors)):
                     self._fast[fast] = (entry, tensors)
+        if entry.equal_dims and not entry.fits(flat):
+            self._warn_unfit(entry, flat)
+            return self._tf(*args, **kwargs)
         start = time.perf_counter()
         try:
             if entry.rebuilt_differentiable:
@@ -247,6 +262,13 @@ class DiscFunction:
         if tf.executing_eagerly():
             self._after_call(entry, time.perf_counter() - start)
         return out
+
+    def _warn_unfit(self, entry: _Entry, flat: list[Any]) -> None:
+        warn_once(f"DISC: function {getattr(self, '__name__', 'a function')}: a call whose "
+                  "argument shapes break what its clusters assume (dims the gradient of a "
+                  "broadcast between arguments takes as equal, "
+                  f"{[(i, a, j, b) for i, a, j, b in entry.equal_dims]} as (argument, "
+                  "axis) pairs) runs in TensorFlow")
 
     def _inline(self, *args: Any, **kwargs: Any) -> Any:
         """Trace the Python function straight into the graph another DiscFunction is
@@ -435,9 +457,14 @@ class DiscFunction:
         name = getattr(self._tf, "__name__", None) or cf.name.decode() \
             if isinstance(cf.name, bytes) else str(cf.name)
         try:
+            n_args = len(cf.inputs) - len(cf.captured_inputs)
+            arguments = [t.name for t in cf.inputs[:n_args]]
             analysis = analyze(cf.graph, min_cluster_size=config.min_cluster_size,
                                excluded_ops=config.excluded_ops,
-                               outputs=[t.name for t in cf.outputs])
+                               outputs=[t.name for t in cf.outputs], arguments=arguments)
+            position = {name: i for i, name in enumerate(arguments)}
+            entry.equal_dims = [(position[ta], a, position[tb], b)
+                                for (ta, a), (tb, b) in analysis.equal_dims]
         except Exception as exc:  # DISC must never break the user's program
             warn_once(f"DISC: function {name} runs in TensorFlow: analyzing its graph failed "
                       f"({type(exc).__name__}: {exc})")
