@@ -497,7 +497,8 @@ class DiscFunction:
             return entry
         try:
             entry.rebuilt = rebuild_function(
-                cf, launches, mode, numpy_runner=_numpy_runner, keepalive=entry.keepalive)
+                cf, launches, mode, numpy_runner=_numpy_runner, keepalive=entry.keepalive,
+                dead={op.name for op in analysis.dead})
         except Exception as exc:
             for launch in launches:
                 recorder.cluster_failed(launch.cluster_id, ReasonCode.COMPILE_ERROR,
@@ -530,6 +531,8 @@ class DiscFunction:
         parallel, a cluster the native engine refuses halved and retried)."""
         readers: dict[str, set[tf.Operation]] = {}
         for op in analysis.order:
+            if op in analysis.dead:
+                continue
             for t in op.inputs:
                 readers.setdefault(t.name, set()).add(op)
         outputs = {t.name for t in cf.outputs}

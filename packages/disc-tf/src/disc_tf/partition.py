@@ -103,6 +103,10 @@ class Analysis:
     known: dict[str, np.ndarray]
     clustering: ClusteringResult
     nodes: list[tf.Operation]  # what was clustered and is reported
+    #: ops nothing reads (TF prunes them when it runs the function): no cluster output is
+    #: kept for them (a dead ``Shape`` of the attention probabilities, left by TF's einsum
+    #: gradient, made a training cluster write the [B, H, S, S] tensor out)
+    dead: set[tf.Operation] = field(default_factory=set)
     #: argument dims assumed equal, ((tensor, axis), (tensor, axis)) pairs (see analyze)
     equal_dims: list[tuple[tuple[str, int], tuple[str, int]]] = field(default_factory=list)
 
@@ -321,7 +325,8 @@ def _analyze_once(graph: tf.Graph, dims: _ArgumentDims, min_cluster_size: int,
     clustering = find_clusters(order, edges, verdicts, min_cluster_size=min_cluster_size,
                                never_cluster=never, group_key=lambda op: op.device)
     nodes = [op for op in order if op.type not in NOT_COMPUTE and op not in dead]
-    return Analysis(order, verdicts, ctx.values, ctx.known_values, clustering, nodes)
+    return Analysis(order, verdicts, ctx.values, ctx.known_values, clustering, nodes,
+                    dead=dead)
 
 
 @dataclass
