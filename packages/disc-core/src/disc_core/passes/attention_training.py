@@ -192,6 +192,7 @@ class FuseAttentionTraining(Pass):
             return False
         users = graph.users()
         outputs = {id(v) for v in graph.outputs}
+        position = {id(op): i for i, op in enumerate(graph.ops)}
         found: list[tuple[Op, _Match, _Backward]] = []
         for op in graph.ops:
             if op.name != "dot_general" or op.operands[0].producer is None:
@@ -204,6 +205,8 @@ class FuseAttentionTraining(Pass):
             m = _match(op, filtered, outputs)
             if m is None or m.scores.rank != p.rank or not _consistent(m, bwd):
                 continue
+            if position[id(op)] > min(position[id(bwd.dp)], position[id(bwd.dv)]):
+                continue  # the gradient is placed before dP / dV, after the forward
             found.append((op, m, bwd))
         if not found:
             return False
