@@ -457,8 +457,7 @@ class DiscFunction:
         name = getattr(self._tf, "__name__", None) or cf.name.decode() \
             if isinstance(cf.name, bytes) else str(cf.name)
         try:
-            n_args = len(cf.inputs) - len(cf.captured_inputs)
-            arguments = [t.name for t in cf.inputs[:n_args]]
+            arguments = _argument_names(cf)
             analysis = analyze(cf.graph, min_cluster_size=config.min_cluster_size,
                                excluded_ops=config.excluded_ops,
                                outputs=[t.name for t in cf.outputs], arguments=arguments)
@@ -575,6 +574,17 @@ class DiscFunction:
             launches.append(Launch(cid, low, a.exe, key, extra,
                                    accuracy=self._config.accuracy_check))
         return launches
+
+
+def _argument_names(cf: Any) -> list[str]:
+    """The names of ``cf``'s argument placeholders, in the order of its flat inputs (they
+    come before the captures). From the graph's capture records, not
+    ``cf.captured_inputs``, which runs the call-time captures' closures."""
+    fc = cf.graph.function_captures
+    captured = {id(t) for t in fc.by_val_internal.values()}
+    for internal in fc.by_ref_internal.values():
+        captured |= {id(t) for t in tf.nest.flatten(internal, expand_composites=True)}
+    return [t.name for t in cf.inputs if id(t) not in captured]
 
 
 def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: str) -> None:
