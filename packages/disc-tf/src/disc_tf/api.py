@@ -136,6 +136,18 @@ class _Entry:
     # differentiate the original function but not the rebuilt one
     rebuilt_differentiable: bool = True
     name: str = ""
+    #: (i, a, j, b): the rebuilt function assumes dim a of flat input i equals dim b of
+    #: flat input j (partition.analyze's equal_dims); a call breaking one runs the original
+    equal_dims: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+    def fits(self, flat: list[Any]) -> bool:
+        """Whether these flat inputs satisfy :attr:`equal_dims` (static shapes; a dim
+        unknown in a graph-mode call does not)."""
+        for i, a, j, b in self.equal_dims:
+            da, db = flat[i].shape[a], flat[j].shape[b]
+            if da is None or da != db:
+                return False
+        return True
 
 
 class DiscFunction:
@@ -230,6 +242,9 @@ class DiscFunction:
                 if len(flat) == len(tensors) and all(
                         f is args[i] for f, i in zip(flat, tensors)):
                     self._fast[fast] = (entry, tensors)
+        if entry.equal_dims and not entry.fits(flat):
+            self._warn_unfit(entry, flat)
+            return self._tf(*args, **kwargs)
         start = time.perf_counter()
         try:
             if entry.rebuilt_differentiable:
@@ -247,6 +262,13 @@ class DiscFunction:
         if tf.executing_eagerly():
             self._after_call(entry, time.perf_counter() - start)
         return out
+
+    def _warn_unfit(self, entry: _Entry, flat: list[Any]) -> None:
+        warn_once(f"DISC: function {getattr(self, '__name__', 'a function')}: a call whose "
+                  "argument shapes break what its clusters assume (dims the gradient of a "
+                  "broadcast between arguments takes as equal, "
+                  f"{[(i, a, j, b) for i, a, j, b in entry.equal_dims]} as (argument, "
+                  "axis) pairs) runs in TensorFlow")
 
     def _inline(self, *args: Any, **kwargs: Any) -> Any:
         """Trace the Python function straight into the graph another DiscFunction is
@@ -435,9 +457,13 @@ class DiscFunction:
         name = getattr(self._tf, "__name__", None) or cf.name.decode() \
             if isinstance(cf.name, bytes) else str(cf.name)
         try:
+            arguments = _argument_names(cf)
             analysis = analyze(cf.graph, min_cluster_size=config.min_cluster_size,
                                excluded_ops=config.excluded_ops,
-                               outputs=[t.name for t in cf.outputs])
+                               outputs=[t.name for t in cf.outputs], arguments=arguments)
+            position = {name: i for i, name in enumerate(arguments)}
+            entry.equal_dims = [(position[ta], a, position[tb], b)
+                                for (ta, a), (tb, b) in analysis.equal_dims]
         except Exception as exc:  # DISC must never break the user's program
             warn_once(f"DISC: function {name} runs in TensorFlow: analyzing its graph failed "
                       f"({type(exc).__name__}: {exc})")
@@ -470,7 +496,8 @@ class DiscFunction:
             return entry
         try:
             entry.rebuilt = rebuild_function(
-                cf, launches, mode, numpy_runner=_numpy_runner, keepalive=entry.keepalive)
+                cf, launches, mode, numpy_runner=_numpy_runner, keepalive=entry.keepalive,
+                dead={op.name for op in analysis.dead})
         except Exception as exc:
             for launch in launches:
                 recorder.cluster_failed(launch.cluster_id, ReasonCode.COMPILE_ERROR,
@@ -503,6 +530,8 @@ class DiscFunction:
         parallel, a cluster the native engine refuses halved and retried)."""
         readers: dict[str, set[tf.Operation]] = {}
         for op in analysis.order:
+            if op in analysis.dead:
+                continue
             for t in op.inputs:
                 readers.setdefault(t.name, set()).add(op)
         outputs = {t.name for t in cf.outputs}
@@ -545,6 +574,17 @@ class DiscFunction:
             launches.append(Launch(cid, low, a.exe, key, extra,
                                    accuracy=self._config.accuracy_check))
         return launches
+
+
+def _argument_names(cf: Any) -> list[str]:
+    """The names of ``cf``'s argument placeholders, in the order of its flat inputs (they
+    come before the captures). From the graph's capture records, not
+    ``cf.captured_inputs``, which runs the call-time captures' closures."""
+    fc = cf.graph.function_captures
+    captured = {id(t) for t in fc.by_val_internal.values()}
+    for internal in fc.by_ref_internal.values():
+        captured |= {id(t) for t in tf.nest.flatten(internal, expand_composites=True)}
+    return [t.name for t in cf.inputs if id(t) not in captured]
 
 
 def _fail(recorder: Any, cluster_id: int, what: str, code: ReasonCode, detail: str) -> None:

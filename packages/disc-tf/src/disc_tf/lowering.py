@@ -62,6 +62,9 @@ class Lowering(LoweringContext):
         self.known_values: dict[str, np.ndarray] = {}
         self._fresh = fresh_symbol or self._default_fresh
         self._counter = 0
+        #: the analysis's hook to assume two argument dims equal (partition.analyze);
+        #: whether it took the assumption. None in a cluster's own lowering
+        self.assume_equal: Callable[[Expr, Expr], bool] | None = None
 
     def _default_fresh(self, tensor: str, axis: int) -> Expr:
         self._counter += 1

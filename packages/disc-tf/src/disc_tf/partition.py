@@ -103,6 +103,12 @@ class Analysis:
     known: dict[str, np.ndarray]
     clustering: ClusteringResult
     nodes: list[tf.Operation]  # what was clustered and is reported
+    #: ops nothing reads (TF prunes them when it runs the function): no cluster output is
+    #: kept for them (a dead ``Shape`` of the attention probabilities, left by TF's einsum
+    #: gradient, made a training cluster write the [B, H, S, S] tensor out)
+    dead: set[tf.Operation] = field(default_factory=set)
+    #: argument dims assumed equal, ((tensor, axis), (tensor, axis)) pairs (see analyze)
+    equal_dims: list[tuple[tuple[str, int], tuple[str, int]]] = field(default_factory=list)
 
 
 def _fresh(tensor: str, axis: int) -> Expr:
@@ -217,11 +223,78 @@ def _lower_in_context(ctx: Lowering, op: tf.Operation) -> None:
     convert_op(ctx, op)
 
 
+class _ArgumentDims:
+    """The symbols of the analysis, and which argument dims are assumed equal.
+
+    Every unknown dim of a tensor entering the scratch graph gets a fresh symbol; a dim of
+    a function argument the analysis has assumed equal to another argument's gets that
+    argument's symbol instead (:meth:`assume_equal`, a union-find over (tensor, axis))."""
+
+    def __init__(self, arguments: Iterable[str]):
+        self.arguments = set(arguments)
+        self.parent: dict[tuple[str, int], tuple[str, int]] = {}
+        self._symbols: dict[tuple[str, int], Expr] = {}
+        self._origin: dict[str, tuple[str, int]] = {}
+        self.new_assumptions = False
+
+    def find(self, key: tuple[str, int]) -> tuple[str, int]:
+        while key in self.parent:
+            key = self.parent[key]
+        return key
+
+    def fresh(self, tensor: str, axis: int) -> Expr:
+        root = self.find((tensor, axis))
+        sym = self._symbols.get(root)
+        if sym is None:
+            sym = self._symbols[root] = _fresh(tensor, axis)
+            self._origin[sym.symbol_name] = root
+        return sym
+
+    def assume_equal(self, a: Expr, b: Expr) -> bool:
+        """Record that the dims ``a`` and ``b`` are equal (both must be plain symbols of
+        function arguments' dims); whether the assumption was taken."""
+        ka = self._origin.get(a.symbol_name) if a.is_symbol else None
+        kb = self._origin.get(b.symbol_name) if b.is_symbol else None
+        if ka is None or kb is None or ka[0] not in self.arguments or \
+                kb[0] not in self.arguments:
+            return False
+        ra, rb = self.find(ka), self.find(kb)
+        if ra != rb:
+            self.parent[rb] = ra
+            self.new_assumptions = True
+        return True
+
+    def equalities(self) -> list[tuple[tuple[str, int], tuple[str, int]]]:
+        """The assumed equalities, each argument dim with its representative's."""
+        return [(k, self.find(k)) for k in self.parent]
+
+
 def analyze(graph: tf.Graph, *, min_cluster_size: int,
             excluded_ops: frozenset[str] = frozenset(),
-            outputs: Iterable[str] = ()) -> Analysis:
+            outputs: Iterable[str] = (), arguments: Iterable[str] = ()) -> Analysis:
     """Verdicts for every op (in context) and the clustering. ``outputs``: the tensors the
-    function returns; ops nothing reads (dead code TF prunes itself) are left alone."""
+    function returns; ops nothing reads (dead code TF prunes itself) are left alone.
+
+    ``arguments``: the names of the function's argument tensors. Where the gradient of a
+    broadcast between two of them (``BroadcastGradientArgs``) cannot tell which side
+    broadcasts because two independent symbolic dims meet (a loss ``y - target`` of two
+    [None, None, d] arguments), the analysis is redone with those dims assumed equal:
+    that gradient then reduces nothing, the step is not split around it, and
+    :attr:`Analysis.equal_dims` lists what a caller must check per call (a call whose
+    argument dims differ there, say a target broadcast from [1, S, d], must run the
+    original function)."""
+    dims = _ArgumentDims(arguments)
+    for _ in range(4):  # each redo may find further equalities (rarely more than one)
+        dims.new_assumptions = False
+        result = _analyze_once(graph, dims, min_cluster_size, excluded_ops, outputs)
+        if not dims.new_assumptions:
+            break
+    result.equal_dims = dims.equalities()
+    return result
+
+
+def _analyze_once(graph: tf.Graph, dims: _ArgumentDims, min_cluster_size: int,
+                  excluded_ops: frozenset[str], outputs: Iterable[str]) -> Analysis:
     order = topo_order(graph.get_operations())
     read = set(outputs)
     ordered_before: set[tf.Operation] = set()
@@ -230,7 +303,8 @@ def analyze(graph: tf.Graph, *, min_cluster_size: int,
         ordered_before.update(op.control_inputs)
     dead = {op for op in order if op.outputs and op not in ordered_before and
             not any(t.name in read for t in op.outputs) and not op.op_def.is_stateful}
-    ctx = Lowering("scratch", _fresh)
+    ctx = Lowering("scratch", dims.fresh)
+    ctx.assume_equal = dims.assume_equal
     verdicts: dict[tf.Operation, Support] = {}
     for op in order:
         pre = _pre_verdict(op, excluded_ops) if op.type not in ("Const",) else None
@@ -251,7 +325,8 @@ def analyze(graph: tf.Graph, *, min_cluster_size: int,
     clustering = find_clusters(order, edges, verdicts, min_cluster_size=min_cluster_size,
                                never_cluster=never, group_key=lambda op: op.device)
     nodes = [op for op in order if op.type not in NOT_COMPUTE and op not in dead]
-    return Analysis(order, verdicts, ctx.values, ctx.known_values, clustering, nodes)
+    return Analysis(order, verdicts, ctx.values, ctx.known_values, clustering, nodes,
+                    dead=dead)
 
 
 @dataclass

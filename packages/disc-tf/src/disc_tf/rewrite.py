@@ -159,8 +159,10 @@ def _numpy_launch_node(launch: Launch, name: str, run: Callable[..., Any],
 
 def rebuild_function(cf: Any, launches: list[Launch], mode: str,
                      numpy_runner: Callable[..., Callable[..., Any]] | None = None,
-                     keepalive: list[Any] | None = None) -> Any:
-    """The concrete function ``cf`` with every launch's cluster replaced."""
+                     keepalive: list[Any] | None = None,
+                     dead: set[str] = frozenset()) -> Any:  # type: ignore[assignment]
+    """The concrete function ``cf`` with every launch's cluster replaced. ``dead``: names
+    of ops nothing reads, dropped (a cluster need not output what only they read)."""
     graph_def = cf.graph.as_graph_def()
     nodes = {n.name: n for n in graph_def.node}
     remap: dict[str, str] = {}  # GraphDef tensor name -> replacement
@@ -216,7 +218,7 @@ def rebuild_function(cf: Any, launches: list[Launch], mode: str,
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
     for n in graph_def.node:
-        if n.name in dropped:
+        if n.name in dropped or n.name in dead:
             continue
         node = node_def_pb2.NodeDef()
         node.CopyFrom(n)

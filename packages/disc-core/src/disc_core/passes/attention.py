@@ -437,14 +437,16 @@ def _is_causal(kind: str, cond: Value) -> bool:
     return pred == ((-1, 1, -1) if kind == "fill" else (1, -1, 0))
 
 
-def _build(pv: Op, m: _Match, rw: Rewriter) -> Value:
+def _build_inputs(m: _Match, rw: Rewriter) -> list[Value]:
+    """The fused op's operands for a match: Q, K, V as [batch..., S, D] and the additive
+    mask (if any) of the non-causal mask terms (also the gradient's, see
+    attention_training)."""
     x = m.scores
     batch = tuple(x.shape[:-2])
     q = _arrange(m.q, m.q_t, batch, rw)
     k = _arrange(m.k, m.k_t, batch, rw)
     v = _arrange(m.v, m.v_t, batch, rw)
     dt = x.dtype
-    causal = any(_is_causal(kind, val) for kind, val, _ in m.masks)
     masks = [_mask_value(kind, val, f, tuple(x.shape), dt, rw) for kind, val, f in m.masks
              if not _is_causal(kind, val)]
     mask = None
@@ -459,8 +461,17 @@ def _build(pv: Op, m: _Match, rw: Rewriter) -> Value:
                 mk = rw.op("broadcast_in_dim", mk, shape=union,
                            broadcast_dimensions=list(range(x.rank)))
             mask = mk if mask is None else rw.op("add", mask, mk)
-    extra = [] if mask is None else [mask]
-    out = rw.op("attention", q, k, v, *extra, scale=m.scale, causal=causal,
+    return [q, k, v] + ([] if mask is None else [mask])
+
+
+def is_causal_match(m: _Match) -> bool:
+    """Whether a mask term of the match is the causal condition (the ``causal`` flag)."""
+    return any(_is_causal(kind, val) for kind, val, _ in m.masks)
+
+
+def _build(pv: Op, m: _Match, rw: Rewriter) -> Value:
+    operands = _build_inputs(m, rw)
+    out = rw.op("attention", *operands, scale=m.scale, causal=is_causal_match(m),
                 empty_rows="nan")
     want = pv.results[0].shape
     if tuple(out.shape) != tuple(want):

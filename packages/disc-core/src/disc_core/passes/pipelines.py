@@ -7,6 +7,7 @@ that also imported every pass to build a pipeline made the two import each other
 from __future__ import annotations
 
 from .attention import FoldAttentionLayout, FuseAttention
+from .attention_training import FuseAttentionTraining
 from .canonicalize import Canonicalize
 from .cse import CSE
 from .dce import DCE
@@ -24,5 +25,6 @@ def default_pipeline(**kwargs: object) -> PassManager:
     (on the canonical form the others leave; its leftovers go in the next round) and the
     folding of head transposes into the fused attention ops."""
     return PassManager([ShapePropagation(), Canonicalize(), MoveReshapes(), ConstantFold(),
-                        CSE(), DCE(), FuseAttention(), FoldAttentionLayout()],
+                        CSE(), DCE(), FuseAttention(), FuseAttentionTraining(),
+                        FoldAttentionLayout()],
                        **kwargs)  # type: ignore[arg-type]

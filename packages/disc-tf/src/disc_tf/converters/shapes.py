@@ -125,6 +125,9 @@ def broadcast_args(ctx: Lowering, op: tf.Operation) -> Any:
         if db is None or (db == one and da != one):
             rb.append(k)
         if da is not None and db is not None and da != db and one not in (da, db):
+            assume = getattr(ctx, "assume_equal", None)
+            if assume is not None:
+                assume(da, db)  # the analysis may redo itself with da == db
             raise ConversionError(f"cannot tell which side of {da} vs {db} broadcasts",
                                   code="data_dependent_shape")
     return [Known(np.asarray(ra, dtype=np.int64)), Known(np.asarray(rb, dtype=np.int64))]
