@@ -184,3 +184,24 @@ def test_dataset_iterators_of_one_type_share_a_trace():
     assert_same(f(other), tf.reduce_sum(tf.square(xs[:4, :2] * 2.0 - ys[:4, :2]), axis=1)
                 + 1.0)
     assert len(_graphs("iterator_step")) == 2
+
+
+def test_arguments_nothing_reads_survive_the_rebuild():
+    """A function argument nothing in the graph reads (an unused tensor, or a dataset
+    iterator a distributed step passes but reads elsewhere) is part of the function's
+    interface: dropping it as dead code made the rebuild fail ("The name 'iterator:0'
+    refers to a Tensor which does not exist") and the step run in TensorFlow."""
+
+    def unused_arguments(x, unused, iterator):
+        return tf.nn.relu(x * 2.0 - 1.0) + tf.exp(-x)
+
+    f = disc_tf.function(unused_arguments)
+    ds = tf.data.Dataset.from_tensor_slices(np.zeros((4, 2), np.float32)).batch(2)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for n in (3, 1, 0, 6):
+            x = rand([n, 4], seed=n)
+            got = f(x, rand([2]), iter(ds))
+            assert_same(got, tf.nn.relu(x * 2.0 - 1.0) + tf.exp(-x))
+    assert not _fallback_warnings(record, "unused_arguments")
+    assert f.uses_disc()

@@ -301,8 +301,12 @@ def _analyze_once(graph: tf.Graph, dims: _ArgumentDims, min_cluster_size: int,
     for op in order:
         read.update(t.name for t in op.inputs)
         ordered_before.update(op.control_inputs)
+    # only computation: a function argument (a Placeholder, say a dataset iterator a
+    # nested call reads through its captures) or anything holding a resource or variant
+    # is part of the function's interface and must survive the rebuild
     dead = {op for op in order if op.outputs and op not in ordered_before and
-            not any(t.name in read for t in op.outputs) and not op.op_def.is_stateful}
+            not any(t.name in read for t in op.outputs) and not op.op_def.is_stateful and
+            op.type not in ("Placeholder", "NoOp") and not _uses_resource(op)}
     ctx = Lowering("scratch", dims.fresh)
     ctx.assume_equal = dims.assume_equal
     verdicts: dict[tf.Operation, Support] = {}
