@@ -75,6 +75,8 @@ def conv_bias_relu(c: int, o: int, k: int, stride: int, pad: int, dil: int, grou
     (32, 16, 3, 2, 1, 1, 1),   # channel-blocked activations (multiples of 16), strided
     (32, 64, 3, 1, 1, 1, 2),   # channel-blocked, grouped
     (16, 16, 3, 1, 1, 1, 16),  # channel-blocked, depthwise
+    (24, 40, 3, 2, 1, 1, 1),   # multiples of 8, not 16: nChw8c on AVX2, oneDNN's own with AVX-512
+    (24, 24, 3, 1, 1, 1, 24),  # the same, depthwise
 ])
 def test_forward_with_bias_and_relu_is_one_primitive(compiler, c, o, k, stride, pad, dil,
                                                      groups) -> None:
@@ -242,7 +244,7 @@ def test_a_rejected_problem_is_not_tried_again(compiler) -> None:
 
 @pytest.mark.parametrize("nsp", [1, 3])
 def test_channel_blocked_layouts_in_one_and_three_dims(compiler, nsp) -> None:
-    """16-channel multiples run on channel-blocked activations (nCw16c, nCdhw16c) too."""
+    """Channel-blocked activations (nCw16c/nCdhw16c, nCw8c/nCdhw8c on AVX2) in 1 and 3 dims."""
     b = GraphBuilder(f"blocked{nsp}")
     sp = "DHW"[3 - nsp:]
     dims = [b.symbol("N"), 16] + [b.symbol(ch) for ch in sp]

@@ -19,9 +19,10 @@ At run time the module opens the library by the path seen at compile time (part 
 compile cache key, see :func:`cache_identity`) and makes one primitive per concrete
 problem, kept in an LRU cache inside the module (a problem oneDNN rejects is remembered
 too), so one compilation still serves every shape. Forward convolutions over plain
-channel-first buffers with 16-channel multiples run on channel-blocked activations
-(nChw16c, the layout eager's oneDNN picks) rather than oneDNN 3.2's own choice,
-channels-last, whose transposes cost 2-3x more (see ``disc_dnnl_blocked_fits``).
+channel-first buffers with channel counts that are multiples of the block run on
+channel-blocked activations (nChw16c with AVX-512, nChw8c on AVX2-only CPUs: the layout
+eager's oneDNN picks on each) rather than oneDNN 3.2's own choice, channels-last, whose
+transposes cost more (see ``disc_dnnl_blocked_fits``).
 """
 
 from __future__ import annotations

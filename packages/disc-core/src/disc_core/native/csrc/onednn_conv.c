@@ -58,7 +58,9 @@ enum { DNNL_CPU = 1, DNNL_ANY = 1, DNNL_F32 = 3, DNNL_FWD_TRAINING = 64,
        DNNL_ARG_DIFF_DST = 145, DNNL_ARG_DIFF_WEI = 161, DNNL_ARG_DIFF_BIAS = 169,
        DNNL_ARG_FROM = 1, DNNL_ARG_TO = 17,
        /* dnnl_format_tag_t: channel-blocked activations (nCw16c, nChw16c, nCdhw16c) */
-       DNNL_TAG_ABC16B = 56, DNNL_TAG_ABCD16B = 78, DNNL_TAG_ABCDE16B = 121 };
+       DNNL_TAG_ABC16B = 56, DNNL_TAG_ABCD16B = 78, DNNL_TAG_ABCDE16B = 121,
+       /* the same with 8-channel blocks (nCw8c, nChw8c, nCdhw8c) */
+       DNNL_TAG_ABC8B = 69, DNNL_TAG_ABCD8B = 102, DNNL_TAG_ABCDE8B = 142 };
 
 static struct {
   int (*engine_create)(dnnl_h *, int, size_t);
@@ -205,25 +207,39 @@ static int disc_dnnl_slot_setup(disc_dnnl_slot *s, int arg, int out, int nd,
   return rc != 0;
 }
 
-/* Whether problem ``d`` is first tried with channel-blocked activations (nChw16c) rather
-   than the layouts oneDNN picks itself. On plain channel-first buffers oneDNN 3.2 picks
-   channels-last (brgconv), and the transposes into and out of it cost 2-3x the blocked
-   reorders eager's oneDNN makes: 0.20 against 0.08 ms around a 0.55 ms 32->32 3x3
-   convolution of [4,32,40,40] (one thread, ONEDNN_VERBOSE), while the blocked kernel
-   itself runs as fast. Channels-last buffers keep oneDNN's choice (no reorder at all),
-   as do channel counts that are not multiples of the block (a 3-channel stem would be
-   padded to 16) and single-pixel images (plain and blocked are then the same bytes, but
+/* Channels per block of the blocked activations: the vector width of the CPU's widest JIT
+   kernels, 16 floats with AVX-512, 8 with AVX2 (oneDNN 3.2 has no JIT kernel for nChw16c
+   on an AVX2-only CPU: the 16c problem was rejected there and every forward convolution
+   ran channels-last, with the transposes described below, where eager's oneDNN runs
+   nChw8c: jit:avx2 on [8,32,16,16], AMD EPYC). Called under disc_dnnl_lock. */
+static int disc_dnnl_block(void) {
+  static int blk;
+  if (!blk) blk = __builtin_cpu_supports("avx512f") ? 16 : 8;
+  return blk;
+}
+
+/* Whether problem ``d`` is first tried with channel-blocked activations (nChw16c, or
+   nChw8c on AVX2: disc_dnnl_block) rather than the layouts oneDNN picks itself. On plain
+   channel-first buffers oneDNN 3.2 picks channels-last (brgconv), and the transposes into
+   and out of it cost 2-3x the blocked reorders eager's oneDNN makes: 0.20 against 0.08 ms
+   around a 0.55 ms 32->32 3x3 convolution of [4,32,40,40] (one thread, ONEDNN_VERBOSE,
+   AVX-512 Xeon; on the AVX2 EPYC the 8c reorders around the CNN's 32->64 stride-2
+   convolution of [8,32,16,16] took 0.045 against 0.055 ms, the kernels within noise, load average 5),
+   while the blocked kernel itself runs as fast. Channels-last buffers keep oneDNN's choice
+   (no reorder at all), as do channel counts that are not multiples of the block (a
+   3-channel stem would be padded) and single-pixel images (plain and blocked are then the same bytes, but
    oneDNN would reorder between them). Forward only: the gradients' primitives with
    blocked layouts made no measurable difference to the small CNN's training step (1.35x
    vs 1.36x eager, one thread, noise larger than that), so they keep oneDNN's choice. */
 static int disc_dnnl_blocked_fits(const disc_dnnl_conv_desc *d) {
   if (d->kind != 0) return 0;
+  const int64_t blk = disc_dnnl_block();
   int64_t sp_src = 1, sp_dst = 1;
   for (int j = 0; j < d->nsp; ++j) { sp_src *= d->src[2 + j]; sp_dst *= d->dst[2 + j]; }
   if (sp_src <= 1 || sp_dst <= 1 || d->src_st[1] == 1 || d->dst_st[1] == 1) return 0;
   const int64_t G = d->groups, cg = d->src[1] / G, og = d->dst[1] / G;
-  if (G > 1 && cg == 1 && og == 1) return d->src[1] % 16 == 0;  /* depthwise */
-  return cg % 16 == 0 && og % 16 == 0;
+  if (G > 1 && cg == 1 && og == 1) return d->src[1] % blk == 0;  /* depthwise */
+  return cg % blk == 0 && og % blk == 0;
 }
 
 /* Makes the primitive of ``d`` in ``e`` (0), with oneDNN's own choice of layouts
@@ -248,8 +264,11 @@ static int disc_dnnl_build(disc_dnnl_entry *e, const disc_dnnl_conv_desc *d, int
   e->key = *d;
   /* never the user's plain NCHW layout: there oneDNN 3.2 picks an im2col GEMM that ran
      2-3x slower than reorders plus its blocked kernels */
-  const int act_tag = !blocked ? DNNL_ANY : nd == 3 ? DNNL_TAG_ABC16B
-                      : nd == 4 ? DNNL_TAG_ABCD16B : DNNL_TAG_ABCDE16B;
+  const int b16 = disc_dnnl_block() == 16;
+  const int act_tag = !blocked ? DNNL_ANY
+                      : nd == 3 ? (b16 ? DNNL_TAG_ABC16B : DNNL_TAG_ABC8B)
+                      : nd == 4 ? (b16 ? DNNL_TAG_ABCD16B : DNNL_TAG_ABCD8B)
+                      : (b16 ? DNNL_TAG_ABCDE16B : DNNL_TAG_ABCDE8B);
   if (disc_dnnl.md_tag(&src_any, nd, d->src, DNNL_F32, act_tag)
       || disc_dnnl.md_tag(&wei_any, wnd, wdims, DNNL_F32, DNNL_ANY)
       || disc_dnnl.md_tag(&dst_any, nd, d->dst, DNNL_F32, act_tag)) goto done;
