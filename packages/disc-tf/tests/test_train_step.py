@@ -55,6 +55,8 @@ def test_train_step_is_one_cluster_and_matches(dtype):
             np.testing.assert_allclose(v.numpy(), w.numpy(), rtol=rtol, atol=rtol * 1e-2)
     graph = fn.coverage()
     assert len(graph.clusters) == 1, [c.nodes for c in graph.clusters]
-    assert disc_tf.compile_count() - before == 1
+    (cluster,) = graph.clusters
+    assert cluster.cache_misses + cluster.cache_hits == 1, cluster  # one build or load
+    assert disc_tf.compile_count() - before <= 1
     kept = {n.op for n in graph.nodes if n.status.value != "compiled"}
     assert kept == {"ReadVariableOp", "AssignVariableOp", "Identity"}, kept
