@@ -59,7 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = harness.parser(__doc__.split("\n\n")[0], "hidden 64, 6 shapes (smoke run)")
     p.add_argument("--models", default="keras_preln_block,keras_mha_block",
-                   help="comma-separated: keras_preln_block, keras_mha_block")
+                   help="comma-separated: keras_preln_block, keras_mha_block, "
+                        "keras_mha_causal_block")
     p.add_argument("--no-xla", action="store_true", help="skip the XLA contender")
     p.add_argument("--no-other-blas", action="store_true",
                    help="skip the second column (DISC's GEMMs in numpy's OpenBLAS)")
@@ -87,12 +88,13 @@ sys.path.insert(0, str(ROOT / "examples"))
 from tf_keras_train import pre_ln_block  # noqa: E402
 
 
-def mha_block(x: Any, hidden: int, heads: int) -> Any:
+def mha_block(x: Any, hidden: int, heads: int, causal: bool = False) -> Any:
     """A pre-LN transformer block written with Keras's own layers: MultiHeadAttention
     (einsums: EinsumDense projections, ``aecd,abcd->acbe`` scores, softmax,
-    ``acbe,aecd->abcd``) and a GELU MLP."""
+    ``acbe,aecd->abcd``; ``causal``: its ``use_causal_mask``) and a GELU MLP."""
     h = keras.layers.LayerNormalization()(x)
-    x = x + keras.layers.MultiHeadAttention(heads, hidden // heads)(h, h)
+    x = x + keras.layers.MultiHeadAttention(heads, hidden // heads)(h, h,
+                                                                   use_causal_mask=causal)
     h = keras.layers.Dense(4 * hidden, activation="gelu")(keras.layers.LayerNormalization()(x))
     return x + keras.layers.Dense(hidden)(h)
 
@@ -102,6 +104,8 @@ MODELS = {
     # the demo's block (examples/tf_keras_train.py): attention from Dense layers and matmuls
     "keras_preln_block": lambda x, d, h: pre_ln_block(keras, x, d, h),
     "keras_mha_block": mha_block,
+    # not in the default --models: the same block with Keras's causal mask
+    "keras_mha_causal_block": lambda x, d, h: mha_block(x, d, h, causal=True),
 }
 
 

@@ -1,6 +1,7 @@
 """The fuse-attention pass: the ways models write attention become the fused op (and the
 compiled result matches the unfused graph interpreted), and it stays unfused where an
-intermediate has another use, a fill is finite, or fused attention is turned off."""
+intermediate has another use, a fill is finite (other than a causal condition's large
+one), or fused attention is turned off."""
 
 from __future__ import annotations
 
@@ -177,8 +178,27 @@ def test_no_fusion_where_an_intermediate_is_used_elsewhere(use):
     assert _fused(g) == []
 
 
-def test_no_fusion_for_a_finite_fill():
-    g, _ = gpt_style(fill=-1e9)
+@pytest.mark.parametrize("fill", [-1e9, -0.7 * float(np.finfo(np.float32).max)])
+def test_causal_finite_fill_fuses_causal(compiler, fill):
+    """A causal condition filled with a large finite value (Keras's -0.7 * max, -1e9)
+    keeps every row's first key, so the masked keys' weights underflow to exactly 0, as
+    with -inf: it becomes ``causal`` and matches the unfused graph, length 1 included."""
+    g, _ = gpt_style(fill=fill)
+    attrs, n_operands = _fused_attrs(g)
+    assert attrs["causal"] is True and n_operands == 3
+    rng = np.random.default_rng(3)
+    feeds = [[rng.standard_normal((B, 4, S, 8)).astype(np.float32) for _ in range(3)]
+             for B, S in [(2, 5), (1, 1), (3, 70), (1, 131)]]
+    _check(compiler, g, feeds)
+
+
+@pytest.mark.parametrize("direction, fill", [
+    ("ge", -1e9),   # not causal: a row may be filled whole, where -1e9 is not -inf
+    ("lt", -1e9),
+    ("gt", -1e4),   # causal, but a fill that may not underflow
+])
+def test_no_fusion_for_other_finite_fills(direction, fill):
+    g, _ = gpt_style(fill=fill, direction=direction)
     assert _fused(g) == []
 
 

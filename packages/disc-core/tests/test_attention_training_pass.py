@@ -38,9 +38,29 @@ def _rows(b, x, kind):
                 broadcast_dimensions=list(range(r - 1)))
 
 
-def training_graph(dt="f32", mask=False, extra=None, bwd_scale=None, v_transposed=False):
+def _causal_keep(b, shape):
+    """i - j >= 0 over the last two dims of ``shape`` (as band_part(ones, -1, 0) traces:
+    a bool select of the comparison), broadcast to ``shape``."""
+    sq, sk = shape[-2:]
+    i = b.op("iota", shape=[sq, sk], dimension=0, dtype="i64")
+    j = b.op("iota", shape=[sq, sk], dimension=1, dtype="i64")
+    zero = b.op("broadcast_in_dim", b.constant(np.asarray(0, np.int64)), shape=[sq, sk],
+                broadcast_dimensions=[])
+    le = b.op("compare", b.op("sub", j, i), zero, direction="le")
+    yes, no = (b.op("broadcast_in_dim", b.constant(np.asarray(v)), shape=[sq, sk],
+                    broadcast_dimensions=[]) for v in (True, False))
+    keep = b.op("select", le, yes, no)
+    return b.op("broadcast_in_dim", keep, shape=list(shape),
+                broadcast_dimensions=[len(shape) - 2, len(shape) - 1])
+
+
+def training_graph(dt="f32", mask=False, extra=None, bwd_scale=None, v_transposed=False,
+                   causal=None, bwd_select="same"):
     """q [B, H, S, D], k [B, H, T, D], v [B, H, T, E] (or [B, H, E, T]), the output's
-    gradient dO [B, H, S, E]; outputs O, dQ, dK, dV (and ``extra``'s intermediate)."""
+    gradient dO [B, H, S, E]; outputs O, dQ, dK, dV (and ``extra``'s intermediate).
+    ``causal``: the scores outside i >= j filled with that value (Keras's finite one or
+    -inf), and dS through TF's SelectV2 gradient ``select(keep, dS, 0)``, whose condition
+    is the forward's (``bwd_select="same"``) or another one (``"other"``)."""
     b = GraphBuilder()
     q = b.input("q", dt, ["B", 2, "S", 8])
     k = b.input("k", dt, ["B", 2, "T", 8])
@@ -52,6 +72,10 @@ def training_graph(dt="f32", mask=False, extra=None, bwd_scale=None, v_transpose
         m = b.input("m", dt, ["B", "T"])
         s = b.op("add", s, b.op("broadcast_in_dim", m, shape=list(s.shape),
                                 broadcast_dimensions=[0, 3]))
+    keep = None
+    if causal is not None:
+        keep = _causal_keep(b, s.shape)
+        s = b.op("select", keep, s, _scalar(b, causal, s.shape, dt))
     e = b.op("exp", b.op("sub", s, _rows(b, s, "max")))
     p = b.op("div", e, _rows(b, e, "sum"))
     vc = 2 if v_transposed else 3
@@ -60,6 +84,9 @@ def training_graph(dt="f32", mask=False, extra=None, bwd_scale=None, v_transpose
     dp = _bmm(b, d_o, v, 3, vc)
     dv = _bmm(b, p, d_o, 2, 2)
     dsm = b.op("mul", b.op("sub", dp, _rows(b, b.op("mul", dp, p), "sum")), p)
+    if keep is not None:
+        cond = keep if bwd_select == "same" else b.op("not", keep)
+        dsm = b.op("select", cond, dsm, _scalar(b, 0.0, dsm.shape, dt))
     ds = b.op("mul", dsm, _scalar(b, c if bwd_scale is None else bwd_scale, dsm.shape, dt))
     dq = _bmm(b, ds, k, 3, 2)
     dk = _bmm(b, ds, q, 2, 2)
@@ -108,6 +135,32 @@ def test_forward_and_backward_fuse_and_match(compiler, dt, mask, v_transposed):
         got, want = exe.run(inputs), interpret(graph, inputs)  # the unfused graph
         for a, w in zip(got, want):
             np.testing.assert_allclose(a, w, **tol)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("fill", ["finite", "inf"])
+def test_causal_select_and_its_gradient_fuse_and_match(compiler, dt, fill):
+    """A causal select mask (Keras's -0.7 * max fill, or -inf) with SelectV2's gradient in
+    dS's chain: both fused ops in causal mode, matching the unfused graph (S > T, 1, odd
+    included: every row keeps its first key)."""
+    value = -0.7 * float(np.finfo(_NP[dt]).max) if fill == "finite" else -np.inf
+    graph = training_graph(dt, causal=value)
+    opt = optimize(graph.clone())
+    fused = [op for op in opt.ops if op.name in ("attention", "attention_grad")]
+    assert sorted(op.name for op in fused) == ["attention", "attention_grad"], _names(graph)
+    assert all(op.attrs["causal"] is True for op in fused)
+    assert "exp" not in [op.name for op in opt.ops]
+    exe = compiler.compile(graph)
+    tol = dict(rtol=2e-4, atol=2e-5) if dt == "f32" else dict(rtol=1e-9, atol=1e-11)
+    for inputs in _feeds(dt, False, False, seed=4):
+        got, want = exe.run(inputs), interpret(graph, inputs)
+        for a, w in zip(got, want):
+            np.testing.assert_allclose(a, w, **tol)
+
+
+def test_no_fusion_when_the_backward_select_is_another_condition():
+    graph = training_graph(causal=-np.inf, bwd_select="other")
+    assert "attention_grad" not in _names(graph)
 
 
 @pytest.mark.parametrize("extra", ["probs", "ds"])

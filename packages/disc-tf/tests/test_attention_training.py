@@ -22,12 +22,12 @@ keras = pytest.importorskip("keras")
 HIDDEN, HEADS = 32, 4
 
 
-def _block(dtype: str) -> keras.Model:
+def _block(dtype: str, causal: bool = False) -> keras.Model:
     keras.utils.set_random_seed(0)
     inp = keras.Input((None, HIDDEN), dtype=dtype)
     h = keras.layers.LayerNormalization(dtype=dtype)(inp)
     h = keras.layers.MultiHeadAttention(HEADS, HIDDEN // HEADS, use_bias=False,
-                                        dtype=dtype)(h, h)
+                                        dtype=dtype)(h, h, use_causal_mask=causal)
     x = inp + h
     return keras.Model(inp, x + keras.layers.Dense(HIDDEN, activation="tanh", dtype=dtype)(x))
 
@@ -46,9 +46,12 @@ def _compiled_ops(fn) -> str:
                      for launch in entry.launches)
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_keras_attention_training_fuses_and_matches(dtype):
-    model = _block(dtype)
+def test_keras_attention_training_fuses_and_matches(dtype, causal):
+    """``use_causal_mask=True`` (a band_part of ones, scores filled with -0.7 * max where
+    it is false, and SelectV2's gradient on dS) fuses into the kernels' causal mode."""
+    model = _block(dtype, causal)
     sig = [tf.TensorSpec([None, None, HIDDEN], dtype)] * 2
     fn = disc_tf.function(_gradients(model), input_signature=sig)
     ref = tf.function(_gradients(model), input_signature=sig)
@@ -68,3 +71,5 @@ def test_keras_attention_training_fuses_and_matches(dtype):
     assert len(fn.coverage().clusters) <= 2
     ops = _compiled_ops(fn)
     assert "attention_grad(" in ops and "attention(" in ops
+    assert ops.count("causal = true") == (2 if causal else 0), ops
+    assert "f32[s0, 4, s1, s1]" not in ops and "f64[s0, 4, s1, s1]" not in ops  # no scores

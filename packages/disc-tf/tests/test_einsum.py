@@ -173,17 +173,19 @@ def _compiled_graphs(f) -> list[str]:
     return out
 
 
-def test_keras_multi_head_attention_fuses_attention():
+@pytest.mark.parametrize("causal", [False, True])
+def test_keras_multi_head_attention_fuses_attention(causal):
     """Keras MultiHeadAttention's einsums become dot_generals in the batched-matmul form the
     core ``fuse-attention`` pass matches: the compiled graph holds one ``attention`` op and
-    no [B, H, S, S] scores, for every sequence length, within float32 rounding of TF."""
+    no [B, H, S, S] scores, for every sequence length, within float32 rounding of TF. With
+    ``use_causal_mask=True`` (band_part of ones, a -0.7 * max fill) it is causal."""
     import keras
 
     keras.utils.set_random_seed(0)
     mha = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)
 
     def fn(x):
-        return mha(x, x)
+        return mha(x, x, use_causal_mask=causal)
 
     f = disc_tf.function(fn, input_signature=[tf.TensorSpec([None, None, 64], tf.float32)])
     for t in (7, 1, 16, 33):
@@ -193,6 +195,7 @@ def test_keras_multi_head_attention_fuses_attention():
     assert einsums and set(einsums) == {"compiled"}, einsums
     graphs = _compiled_graphs(f)
     assert sum(g.count("= attention(") for g in graphs) == 1, graphs
+    assert sum(g.count("causal = true") for g in graphs) == int(causal), graphs
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.int32, tf.bool])

@@ -80,7 +80,10 @@ def test_variable_ops_are_framework_ops_not_missing_converters() -> None:
         if op in variable_ops:
             assert code == "framework_op", (op, code)
     assert ("Cumsum", "no_converter") in codes
-    assert not any(code == "framework_op" for op, code in codes if op not in variable_ops)
+    # the Identity returning the result after the assignments (control dependencies) is
+    # TF's ordering point, kept in TensorFlow by design too (partition._ordering_point)
+    assert not any(code == "framework_op" for op, code in codes
+                   if op not in variable_ops | {"Identity"})
     assert f.uses_disc()
     data = report.Report(runs=disc_tf.report().runs,
                          graphs=[f.coverage()]).to_dict()

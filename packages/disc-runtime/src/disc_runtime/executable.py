@@ -180,6 +180,13 @@ class Executable:
                               "the native engine can")
         profiler.start_profiling()
 
+    @property
+    def profile_address(self) -> int:
+        """Where the engine's profile slots are (0: not profiling): a bridge's launch op
+        that calls the compiled module directly passes it on, so its calls are timed."""
+        profiler = getattr(self._run_fn, "profiler", None)
+        return 0 if profiler is None else int(getattr(profiler, "profile_address", 0))
+
     def profile(self) -> list[dict[str, Any]] | None:
         """Per step since :meth:`start_profiling`: ``name``, ``kind`` (``host``,
         ``kernel``, ``library``, ``scatter``, ``scan``), ``ops``, ``shape``, ``calls`` and

@@ -467,6 +467,12 @@ class NativeModule:
             self._profile = np.zeros(2 + len(self.profile_steps), np.int64)
             self._profile_ptr = _ffi.from_buffer("int64_t[]", self._profile)
 
+    @property
+    def profile_address(self) -> int:
+        """The address of the profile slots (0 when not profiling): what a launch op that
+        calls the module itself passes as ``disc_env.profile``, so its calls count too."""
+        return 0 if self._profile is None else int(self._profile.ctypes.data)
+
     def stop_profiling(self) -> None:
         """Stop timing; :meth:`profile` then says nothing."""
         self._profile, self._profile_ptr = None, _ffi.NULL

@@ -31,7 +31,7 @@ from disc_core.bridge.attempts import Attempt, compile_clusters, record_outcome,
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.compiler import Compiler
-from disc_core.report import ReasonCode, configure, get_collector, graph_report
+from disc_core.report import KernelTime, ReasonCode, configure, get_collector, graph_report
 
 from .config import DiscConfig
 from .partition import Analysis, analyze, compile_cluster, lower_cluster, overrides_gradient
@@ -494,6 +494,8 @@ class DiscFunction:
         launches = self._record(cf, attempts, recorder)
         if not launches:
             return entry
+        if self._config.profile:
+            _start_profiling(launches, recorder, mode)
         try:
             entry.rebuilt = rebuild_function(
                 cf, launches, mode, numpy_runner=_numpy_runner, keepalive=entry.keepalive,
@@ -635,6 +637,33 @@ def _flush_cluster_calls() -> None:
 
 _seen: dict[str, tuple[int, float]] = {}
 get_collector().add_flush_hook(_flush_cluster_calls)
+
+#: (recorder, cluster id, executable) of every launch whose steps are timed (``profile``)
+_profiled: list[tuple[Any, int, Any]] = []
+
+
+def _start_profiling(launches: list[Launch], recorder: Any, mode: str) -> None:
+    """Time every step of these launches' modules from their first call: the executable
+    keeps the slots, which the numpy_function path fills through the executable and the
+    DiscLaunch op through the address registered for its cluster key (read when TF makes
+    the op, after this). A report snapshot brings the totals in (:func:`_flush_profiles`)."""
+    lib = _op_library() if mode == "custom_op" else None
+    for launch in launches:
+        exe = launch.executable
+        if not exe.can_profile:
+            continue
+        exe.start_profiling()
+        if lib is not None:
+            lib.set_profile(launch.key, exe.profile_address)
+        _profiled.append((recorder, launch.cluster_id, exe))
+    get_collector().add_flush_hook(_flush_profiles)  # registered once, whoever asks
+
+
+def _flush_profiles() -> None:
+    for recorder, cluster_id, exe in list(_profiled):
+        steps = exe.profile()
+        if steps:
+            recorder.cluster_profile(cluster_id, [KernelTime(**s) for s in steps])
 
 
 def _flat_signature(signature: Any) -> list[tuple[Any, list[Any] | None]] | None:

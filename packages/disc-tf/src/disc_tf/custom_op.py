@@ -62,6 +62,14 @@ class OpLibrary:
         """(calls run by DISC, calls run by the fallback subgraph, seconds in DISC)."""
         return self.launch.stats(key)
 
+    def set_profile(self, key: str, address: int) -> None:
+        """Launch ops of cluster ``key`` made from now on time their module's steps into
+        the profile slots at ``address`` (an executable's ``profile_address``; 0: off)."""
+        fn = self.cdll.disc_tf_set_profile
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        fn.restype = None
+        fn(key.encode(), address or None)
+
     def inject_failures(self, n: int) -> None:
         """Test hook: the next ``n`` module runs fail as if the module reported an error."""
         self.launch.inject_failures(n)

@@ -314,6 +314,10 @@ def _analyze_once(graph: tf.Graph, dims: _ArgumentDims, min_cluster_size: int,
         pre = _pre_verdict(op, excluded_ops) if op.type not in ("Const",) else None
         if op.type in ("Placeholder", "NoOp"):
             pre = Support(False, "not computation", code=ReasonCode.NO_CONVERTER)
+        elif _ordering_point(op):
+            pre = Support(False, "an Identity under control dependencies (a returned value "
+                          "waiting for the stateful ops): stays in TensorFlow by design",
+                          code=ReasonCode.FRAMEWORK_OP)
         if pre is not None:
             verdicts[op] = pre
             continue
@@ -331,6 +335,14 @@ def _analyze_once(graph: tf.Graph, dims: _ArgumentDims, min_cluster_size: int,
     nodes = [op for op in order if op.type not in NOT_COMPUTE and op not in dead]
     return Analysis(order, verdicts, ctx.values, ctx.known_values, clustering, nodes,
                     dead=dead)
+
+
+def _ordering_point(op: tf.Operation) -> bool:
+    """An Identity under control dependencies: how tf.function makes a returned value wait
+    for the function's stateful ops (a training step's loss after its variable updates).
+    It computes nothing, and in a cluster it would pull the ops that make its value (the
+    loss's Mean) into a second cluster after those updates, apart from the step's."""
+    return op.type == "Identity" and bool(op.control_inputs)
 
 
 @dataclass

@@ -14,14 +14,18 @@ The pattern, as the bridges' converters and decompositions spell it::
 becomes ``attention(Q, K, V, mask)`` with the scalings as its ``scale``: the [.., Sq, Sk]
 scores are no longer written to memory. A condition that provably masks the keys after
 each query row (comparisons of iotas over the last two dims: what ``tril`` and ``j > i``
-trace to) becomes ``causal``, which skips those blocks. Other masks are passed at the
+trace to, a ``band_part`` of a boolean tensor's ``select(c, true, false)`` included)
+becomes ``causal``, which skips those blocks; such a condition may fill with a large
+finite value instead of -inf (Keras's ``-0.7 * max``, ``-1e9``: :data:`FINITE_FILL_LIMIT`),
+as every row keeps at least its first key. Other masks are passed at the
 size they were broadcast from (an [S, S] condition becomes a [1, 1, S, S] additive
 mask), several added together. It fires only where every intermediate (scores,
 probabilities, the softmax's statistics) has no use outside the pattern: a training
 graph that saves the probabilities for its backward keeps them. A finite fill
-(``masked_fill(-1e9)``) is not matched: it replaces scores, which an additive mask only
-approximates where a whole row is masked. A row whose scores are all -inf stays NaN
-(``empty_rows="nan"``), as the unfused softmax computes it.
+of any other condition (``masked_fill(-1e9)`` of a padding mask) is not matched: it
+replaces scores, which an additive mask only approximates where a whole row is masked.
+A row whose scores are all -inf stays NaN (``empty_rows="nan"``), as the unfused
+softmax computes it.
 
 ``DISC_FUSED_ATTENTION=0`` turns the pass off (for comparisons).
 
@@ -253,11 +257,18 @@ def _match(pv: Op, users: dict[Value, list[Op]], outputs: set[int]) -> _Match | 
             continue
         if op.name == "select":
             c, t, f = op.operands
-            if _scalar(t) == -math.inf:
+            ft, ff = _scalar(t), _scalar(f)
+            if ft == -math.inf:
                 masks.append(("fill", c, scale))
                 y = f
-            elif _scalar(f) == -math.inf:
+            elif ff == -math.inf:
                 masks.append(("keep", c, scale))
+                y = t
+            elif _drowns(ft, scale):
+                masks.append(("fill_finite", c, scale))
+                y = f
+            elif _drowns(ff, scale):
+                masks.append(("keep_finite", c, scale))
                 y = t
             else:
                 return None
@@ -295,8 +306,26 @@ def _match(pv: Op, users: dict[Value, list[Op]], outputs: set[int]) -> _Match | 
     # ``under * mask`` (the factor each mask term keeps)
     if not _private(internal, pv, users, outputs):
         return None
+    # a finite fill stands for -inf only where no row is masked whole: a causal condition
+    # alone (row i keeps key 0), with no other mask term that could mask a row's rest
+    if any(kind.endswith("_finite") for kind, _, _ in masks) and not all(
+            _is_causal(kind, c) for kind, c, _ in masks):
+        return None
     return _Match(q=q, q_t=qc == 0, k=k, k_t=kc == 0, v=v, v_t=vc == 1, scores=x,
                   scale=scale, masks=masks, internal=internal)
+
+
+#: a finite fill at or below this (after the scalings outside it) masks like -inf: Keras
+#: fills with -0.7 * the dtype's max or -1e9, ``masked_fill(-1e9)`` is common. The unfused
+#: softmax gives such a key exp(fill - row max), exactly 0 in float32 and float64 unless
+#: the row's largest kept score is within ~745 of the fill (below about -1e9), where the
+#: framework's own mask no longer masks either.
+FINITE_FILL_LIMIT = -1e9
+
+
+def _drowns(fill: float | None, scale: float) -> bool:
+    """``fill`` (a select's constant branch, under ``scale``) masks like -inf."""
+    return fill is not None and math.isfinite(fill) and fill * scale <= FINITE_FILL_LIMIT
 
 
 def _is_mask_like(v: Value) -> bool:
@@ -417,6 +446,15 @@ def _pred(v: Value, dims: list[int], rank: int, depth: int = 8) -> Lin | None:
     if p.name == "not":
         inner = _pred(p.operands[0], dims, rank, depth - 1)
         return None if inner is None else (-inner[0], -inner[1], -inner[2] - 1)
+    if p.name == "select":  # select(c, true, false) is c (band_part of a bool tensor)
+        c, t, f = p.operands
+        bt, bf = _scalar(t), _scalar(f)
+        if not t.dtype.is_bool or bt is None or bf is None or bool(bt) == bool(bf):
+            return None
+        inner = _pred(c, dims, rank, depth - 1)
+        if inner is None or bool(bt):
+            return inner
+        return (-inner[0], -inner[1], -inner[2] - 1)
     if p.name == "compare":
         a, b = (_lin(o, dims, rank) for o in p.operands)
         if a is None or b is None:
@@ -433,8 +471,8 @@ def _is_causal(kind: str, cond: Value) -> bool:
     if kind == "add":
         return False
     pred = _pred(cond, list(range(cond.rank)), cond.rank)
-    # fill where j - i - 1 >= 0; keep where i - j >= 0
-    return pred == ((-1, 1, -1) if kind == "fill" else (1, -1, 0))
+    # fill where j - i - 1 >= 0; keep where i - j >= 0 (a finite fill alike, see _drowns)
+    return pred == ((-1, 1, -1) if kind.startswith("fill") else (1, -1, 0))
 
 
 def _build_inputs(m: _Match, rw: Rewriter) -> list[Value]:

@@ -20,8 +20,10 @@ intermediate of the backward is read only inside the pattern, the forward become
 ``attention_grad``: neither pass writes the [b..., Sq, Sk] scores or probabilities. The
 masks are the forward's (additive, -inf fills, causal conditions) and are not
 differentiated: a mask whose gradient the graph takes reads dS elsewhere, so it does not
-match. Rows masked whole give NaN forward as before and zero gradients (the unfused
-backward gives NaN there, after a NaN loss).
+match. The gradient of a select mask (``select(c, dS, 0)``, TF's SelectV2 gradient) may
+sit in dS's chain: it zeroes dS where P is already 0, so it goes with the pattern. Rows
+masked whole give NaN forward as before and zero gradients (the unfused backward gives
+NaN there, after a NaN loss).
 
 ``DISC_FUSED_ATTENTION=0`` turns this pass off with the forward one.
 """
@@ -50,6 +52,9 @@ class _Backward:
     d_out_t: bool  # dO is [b, Dv, Sq]
     ops: list[Op]  # every op of the backward pattern (the three results' dots included)
     scale: float  # the constant scalings of dS
+    #: the gradients of the forward's select masks in dS's chain: (kind, condition),
+    #: ``select(c, dS, 0)`` for a kept condition, ``select(c, 0, dS)`` for a filled one
+    mask_grads: list[tuple[str, Value]]
 
 
 def _single_user(v: Value, users: dict[Value, list[Op]], outputs: set[int]) -> Op | None:
@@ -124,10 +129,23 @@ def _backward(p: Value, pv: Op, users: dict[Value, list[Op]], outputs: set[int]
     ds = second.results[0]
     scale_ops: list[Op] = []
     scale = 1.0
+    mask_grads: list[tuple[str, Value]] = []
     while True:
         us = users.get(ds, [])
         if id(ds) in outputs:
             return None
+        if len(us) == 1 and us[0].name == "select":  # a select mask's gradient
+            op = us[0]
+            c, t, f = op.operands
+            if t is ds and f is not ds and _scalar(f) == 0.0:
+                mask_grads.append(("keep", c))
+            elif f is ds and t is not ds and _scalar(t) == 0.0:
+                mask_grads.append(("fill", c))
+            else:
+                return None
+            scale_ops.append(op)
+            ds = op.results[0]
+            continue
         if len(us) == 1 and us[0].name in ("mul", "div"):
             op = us[0]
             c = _scalar(op.operands[1]) if op.operands[0] is ds else (
@@ -160,7 +178,7 @@ def _backward(p: Value, pv: Op, users: dict[Value, list[Op]], outputs: set[int]
         for r in o.results:
             if id(r) in outputs or any(id(u) not in inside for u in users.get(r, [])):
                 return None
-    return _Backward(dp, dv, dq, dk, d_out, d_out_t, pattern, scale)
+    return _Backward(dp, dv, dq, dk, d_out, d_out_t, pattern, scale, mask_grads)
 
 
 def _consistent(m: _Match, bwd: _Backward) -> bool:
@@ -180,6 +198,11 @@ def _consistent(m: _Match, bwd: _Backward) -> bool:
     if bwd.dq.operands[1] is not m.k or dq_sides[2] != (1 if m.k_t else 0):
         return False
     if bwd.dk.operands[1] is not m.q or dk_sides[2] != (1 if m.q_t else 0):
+        return False
+    # a select in dS's chain zeroes the scores' gradient where the forward masked them,
+    # where P, and so dS, is already 0: it must be one of the forward's own select masks
+    selects = {(kind.split("_")[0], id(c)) for kind, c, _ in m.masks if kind != "add"}
+    if any((kind, id(c)) not in selects for kind, c in bwd.mask_grads):
         return False
     return math.isclose(bwd.scale, m.scale, rel_tol=1e-6)
 

@@ -43,6 +43,17 @@ inline std::unordered_map<std::string, Stats> &StatsByKey() {
   static std::unordered_map<std::string, Stats> stats;
   return stats;
 }
+// cluster key -> the profile slots its module adds step times to (native.py's profile
+// layout), registered by the Python side when profiling is on; read once per op instance
+inline std::unordered_map<std::string, int64_t *> &ProfileBuffers() {
+  static std::unordered_map<std::string, int64_t *> buffers;
+  return buffers;
+}
+inline int64_t *ProfileBuffer(const std::string &key) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto it = ProfileBuffers().find(key);
+  return it == ProfileBuffers().end() ? nullptr : it->second;
+}
 inline std::atomic<int64_t> &Injected() {  // test hook: fail this many next runs
   static std::atomic<int64_t> n{0};
   return n;
@@ -262,7 +273,8 @@ inline RunFn OpenModule(const std::string &path, int64_t abi, std::string *error
 // Calls a module on n inputs (their data and, flattened, their dims) with the process's
 // BLAS; outputs come from alloc(alloc_ctx, ...). Returns false and says why in *error.
 inline bool Run(RunFn run, void *const *data, const int64_t *dims, int64_t n,
-                disc_alloc_fn alloc, void *alloc_ctx, std::string *error) {
+                disc_alloc_fn alloc, void *alloc_ctx, std::string *error,
+                int64_t *profile = nullptr) {
   disc_env env;
   std::memset(&env, 0, sizeof(env));
   env.alloc = alloc;
@@ -273,6 +285,7 @@ inline bool Run(RunFn run, void *const *data, const int64_t *dims, int64_t n,
   env.counters = nullptr;
   env.blas_threads_local = reinterpret_cast<int (*)(int)>(blas.threads_local);
   env.sgemm_rowmajor = blas.sgemm_rowmajor;
+  env.profile = profile;
   char err[512] = {0};
   int64_t rc = run(data, dims, n, &env, err, sizeof(err));
   if (rc != 0) {
@@ -331,6 +344,12 @@ inline bool Run(RunFn run, void *const *data, const int64_t *dims, int64_t n,
   void prefix##_totals(int64_t *failures, int64_t *disc_nanos) {                          \
     *failures = disc_launch::FailureCount().load();                                       \
     *disc_nanos = disc_launch::DiscNanos().load();                                        \
+  }                                                                                       \
+  /* Profile slots for the modules of one cluster key (NULL: off); op instances made   */ \
+  /* after this call time their steps into them (see disc_launch::ProfileBuffer).       */ \
+  void prefix##_set_profile(const char *key, void *buffer) {                              \
+    std::lock_guard<std::mutex> lock(disc_launch::Mutex());                               \
+    disc_launch::ProfileBuffers()[key] = static_cast<int64_t *>(buffer);                  \
   }                                                                                       \
   /* Test hook: the next n module runs fail as if the module had reported an error. */    \
   void prefix##_inject_failures(int64_t n) { disc_launch::Injected().store(n); }          \

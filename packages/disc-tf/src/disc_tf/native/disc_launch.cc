@@ -107,6 +107,7 @@ class DiscLaunchOp : public AsyncOpKernel {
     int64_t abi = 0;
     OP_REQUIRES_OK(c, c->GetAttr("abi_version", &abi));
     run_ = disc_launch::OpenModule(path_, abi, &load_error_);
+    profile_ = disc_launch::ProfileBuffer(key_);  // DISC_PROFILE: registered before the op
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
@@ -219,7 +220,8 @@ class DiscLaunchOp : public AsyncOpKernel {
     AllocState state{ctx, std::vector<Tensor>(ctx->num_outputs()),
                      std::vector<bool>(ctx->num_outputs(), false), ""};
     std::string run_error;
-    bool ok = disc_launch::Run(run_, data.data(), dims.data(), n, &Allocate, &state, &run_error);
+    bool ok = disc_launch::Run(run_, data.data(), dims.data(), n, &Allocate, &state, &run_error,
+                               profile_);
     if (!state.error.empty()) {
       *error = state.error;
       return false;
@@ -297,6 +299,7 @@ class DiscLaunchOp : public AsyncOpKernel {
   std::atomic<int64_t> calls_{0};
   NameAttrList fallback_;
   disc_launch::RunFn run_ = nullptr;
+  int64_t *profile_ = nullptr;  // the module's step-time slots when profiling, else null
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::unordered_map<FunctionLibraryRuntime *, FunctionLibraryRuntime::Handle> handles_;
