@@ -27,6 +27,21 @@ def assert_same(got: Any, want: Any) -> None:
             np.testing.assert_array_equal(g.numpy(), w.numpy())
 
 
+def assert_within_sum_bound(got: Any, exact: np.ndarray, magnitude: np.ndarray,
+                            terms: int) -> None:
+    """``got`` (a float32 sum of ``terms`` products per element, in any order) against the
+    float64 ``exact`` value, within the a priori rounding bound of such a sum:
+    |got − exact| ≤ terms·ε·Σ|products| (Higham's γₙ, ``magnitude`` = Σ|products|). Where
+    a sum cancels, its float32 result is off by far more than a relative tolerance of
+    the result allows, in TF as in DISC, differently for each summation order."""
+    got = np.asarray(got)
+    assert got.shape == exact.shape, (got.shape, exact.shape)
+    error = np.abs(got.astype(np.float64) - exact)
+    bound = terms * np.finfo(got.dtype).eps * magnitude
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert np.all(error <= bound), (worst, got[worst], exact[worst], bound[worst])
+
+
 def check_parity(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], *,
                  compiled_ops: Sequence[str] = (), min_cluster_size: int = 1,
                  input_signature: Sequence[tf.TensorSpec] | None = None,

@@ -262,6 +262,11 @@ static inline int64_t disc_now_ns(void) {
 #define DISC_SHORT_ROW_MAX 32
 #elif defined(__AVX__)
 #define DISC_VEC_LANES 8
+/* AVX2 without AVX-512: gcc's tuning for Zen 1 (-march=native = znver1) prefers 128-bit
+   vectors, which left the versions for multiples of 8 lanes 4 wide (and one GELU version
+   scalar); 256-bit loops ran the GELU backward kernel 9% faster with bit-identical
+   results. Other AVX2 cores prefer 256 bits already, so this changes nothing there. */
+#define DISC_WIDE __attribute__((target("prefer-vector-width=256")))
 #else
 #define DISC_VEC_LANES 4
 #endif
