@@ -18,6 +18,7 @@ from disc_core.native.lower import (
     CanonicalizeDots,
     LowerConvolutions,
     SplitInputDilation,
+    CollapseReducedRuns,
     SplitReductions,
     backend_lowering,
 )
@@ -89,8 +90,8 @@ def test_stop_after_lower_shows_the_backend_rewrites_as_named_passes() -> None:
     assert "rhs_contract = [1]" in r.text
     assert r.text.count("reduce(") == 2  # one axis each
     assert list(r.lower_passes) == ["use-onednn-convolutions", "split-input-dilation",
-                                    "lower-convolutions", "split-reductions",
-                                    "canonicalize-dots"]
+                                    "lower-convolutions", "collapse-reduced-runs",
+                                    "split-reductions", "canonicalize-dots"]
     changed = {name for name, st in r.lower_passes.items() if st.changes}
     assert changed == {"split-reductions", "canonicalize-dots"}
     assert "transpose" in r.graph_text  # the optimized graph, as the artifact keeps it
@@ -100,8 +101,8 @@ def test_lowering_passes_run_once_in_order(monkeypatch) -> None:
     monkeypatch.setenv("DISC_ONEDNN_CONV", "0")  # the im2col lowering, even with oneDNN
     pm = backend_lowering()
     assert [type(p) for p in pm.passes] == [UseOneDNNConvolutions, SplitInputDilation,
-                                            LowerConvolutions, SplitReductions,
-                                            CanonicalizeDots]
+                                            LowerConvolutions, CollapseReducedRuns,
+                                            SplitReductions, CanonicalizeDots]
     assert pm.max_iterations == 1 and not pm.verify_each
     g = conv_graph()
     lower(g)

@@ -23,9 +23,10 @@ from ..passes.manager import PassManager
 from ..passes.rewrite import rewrite_ops
 from ..symbolic import Expr, floordiv, product
 
-__all__ = ["CanonicalizeDots", "LowerConvolutions", "SplitInputDilation", "SplitReductions",
-           "backend_lowering", "canonicalize_dots", "lower_convolutions",
-           "split_input_dilation", "split_reductions"]
+__all__ = ["CanonicalizeDots", "CollapseReducedRuns", "LowerConvolutions",
+           "SplitInputDilation", "SplitReductions", "backend_lowering", "canonicalize_dots",
+           "collapse_reduced_runs", "lower_convolutions", "split_input_dilation",
+           "split_reductions"]
 
 
 class SplitInputDilation(Pass):
@@ -44,6 +45,15 @@ class LowerConvolutions(Pass):
 
     def run(self, graph: Graph) -> bool:
         return lower_convolutions(graph)
+
+
+class CollapseReducedRuns(Pass):
+    """A reduction over adjacent axes of an elementwise cone -> over one merged axis."""
+
+    name = "collapse-reduced-runs"
+
+    def run(self, graph: Graph) -> bool:
+        return collapse_reduced_runs(graph)
 
 
 class SplitReductions(Pass):
@@ -79,8 +89,169 @@ def backend_lowering() -> PassManager:
     from .onednn_conv import UseOneDNNConvolutions
 
     return PassManager([UseOneDNNConvolutions(), SplitInputDilation(), LowerConvolutions(),
-                        SplitReductions(), CanonicalizeDots()], max_iterations=1,
+                        CollapseReducedRuns(), SplitReductions(), CanonicalizeDots()],
+                       max_iterations=1,
                        verify_each=False)
+
+
+def collapse_reduced_runs(graph: Graph) -> bool:
+    """reduce over a run of adjacent axes (H, W of NCHW: a BN gradient's or a global
+    pool's sums) -> the same reduce of the operand with the run merged into one axis.
+
+    Split into single-axis reductions as it was, the innermost axis alone made rows of W
+    floats (16-54 in a small CNN: loop overhead and remainders dominate, then a strided
+    pass over H); merged, each row is H*W floats. The operand is rebuilt on the merged
+    shape through its elementwise ops and broadcasts, down to values that are in memory
+    anyway (graph inputs, library results), which merge as zero-copy reshapes. Any other
+    producer (a transpose, a pad, a slice) would have to be written out to be reshaped,
+    so such a reduction is left as it is. Producers with other users are recomputed on
+    the merged shape, never written twice. Left alone: full reductions (split, a GEMM's
+    row sums ride on it as its epilogue) and reductions over leading axes (the column
+    schedule flattens those already).
+    """
+    reshaped: dict[tuple, Value] = {}  # shared: two sums of one tensor read one reshape
+
+    def collapse(op: Op, rw: Rewriter) -> Value | None:
+        if op.name != "reduce" or op.opdef.reduction_kind(op) is None:
+            return None
+        x = op.operands[0]
+        axes = sorted(op.attrs["axes"])
+        runs = _adjacent_runs(axes)
+        if (all(len(r) == 1 for r in runs) or len(axes) == x.rank
+                or axes == list(range(len(axes)))):
+            return None  # nothing to merge; a full reduction; a column schedule already
+        merged = _merged_shape(x.shape, runs)
+        if not _mergeable(x, runs, {}):
+            return None
+        cur = _rebuild(x, runs, merged, rw, {}, reshaped)
+        axes, base = [], 0
+        for d in range(x.rank):
+            run = next((r for r in runs if r[0] == d), None)
+            if run is not None:
+                axes.append(d - base)
+                base += len(run) - 1
+        return rw.op("reduce", cur, kind=op.attrs["kind"], axes=axes)
+
+    return rewrite_ops(graph, collapse)
+
+
+def _adjacent_runs(axes: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for a in axes:
+        if runs and runs[-1][-1] == a - 1:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    return runs
+
+
+def _merged_shape(shape: tuple[Expr, ...], runs: list[list[int]]) -> list[Expr]:
+    out: list[Expr] = []
+    d = 0
+    while d < len(shape):
+        run = next((r for r in runs if r[0] == d and len(r) > 1), None)
+        if run is None:
+            out.append(shape[d])
+            d += 1
+        else:
+            out.append(product(shape[a] for a in run))
+            d = run[-1] + 1
+    return out
+
+
+def _in_memory(v: Value) -> bool:
+    """``v`` is a buffer whatever the fusion plan does: a graph input, or the result of an
+    op that never runs inside a fused kernel (a library call), or a reshape of those."""
+    from ..opdef import Fusion
+
+    p = v.producer
+    if p is None:
+        return True
+    if p.name == "reshape":
+        return _in_memory(p.operands[0])
+    return p.opdef.fusion not in Fusion.IN_KERNEL
+
+
+def _mergeable(v: Value, runs: list[list[int]], memo: dict[int, bool]) -> bool:
+    """Whether :func:`_rebuild` can put ``v`` on the merged shape without writing out
+    anything that a fused kernel would otherwise compute in registers."""
+    from ..opdef import Fusion
+
+    if id(v) in memo:
+        return memo[id(v)]
+    p = v.producer
+    if _in_memory(v):
+        ok = True
+    elif p.opdef.fusion == Fusion.ELEMENTWISE and len(p.results) == 1:
+        ok = all(w.shape == v.shape and _mergeable(w, runs, memo) for w in p.operands)
+    elif p.name == "broadcast_in_dim":
+        inner = _broadcast_runs(p, runs)
+        ok = inner is not None and (not inner or _mergeable(p.operands[0], inner, {}))
+    else:
+        ok = p.opdef.fusion == Fusion.DUPLICABLE and v.rank == 0
+    memo[id(v)] = ok
+    return ok
+
+
+def _broadcast_runs(p: Op, runs: list[list[int]]) -> list[list[int]] | None:
+    """For a broadcast_in_dim into the merged axes: the operand's runs to merge with them
+    ([] when every run is broadcast, nothing to merge), None when a run is partly
+    broadcast or its operand dims may broadcast at run time (they must be the result's)."""
+    bdims = list(p.attrs["broadcast_dimensions"])
+    x, out = p.operands[0], p.results[0]
+    inner: list[list[int]] = []
+    for run in runs:
+        if len(run) == 1:
+            continue
+        src = [bdims.index(a) if a in bdims else None for a in run]
+        if all(s is None for s in src):
+            continue
+        if any(s is None for s in src) or src != list(range(src[0], src[0] + len(run))):
+            return None
+        if any(x.shape[s] != out.shape[a] for s, a in zip(src, run)):
+            return None
+        inner.append(src)
+    return inner
+
+
+def _rebuild(v: Value, runs: list[list[int]], merged: list[Expr], rw: Rewriter,
+             memo: dict[tuple, Value], reshaped: dict[tuple, Value]) -> Value:
+    """``v`` on the shape with ``runs`` merged (each run to one axis). ``memo``: what this
+    reduction's operand already rebuilt; ``reshaped``: the reshapes of buffers built for
+    any reduction so far (placed before the op being rewritten, so before this one). The
+    rebuilt elementwise ops are not shared between reductions: the fusion planner gives a
+    value two reductions read a kernel of its own, where each reduction's copy of it
+    fuses into one row kernel with the other."""
+    key = (id(v), tuple(map(tuple, runs)))
+    if key in memo:
+        return memo[key]
+    p = v.producer
+    if v.rank == 0:
+        out = v
+    elif _in_memory(v):
+        out = reshaped.get(key) or rw.op("reshape", v, shape=merged)
+        reshaped[key] = out
+    elif p.name == "broadcast_in_dim":
+        inner = _broadcast_runs(p, runs)
+        x = p.operands[0]
+        src = (_rebuild(x, inner, _merged_shape(x.shape, inner), rw, memo, reshaped)
+               if inner else x)
+        # each operand dim's new result axis: result axes shift left past merged runs
+        new_axis = {}
+        shift = 0
+        for d in range(v.rank):
+            run = next((r for r in runs if d in r and len(r) > 1), None)
+            new_axis[d] = d - shift - (d - run[0] if run else 0)
+            if run is not None and d == run[-1]:
+                shift += len(run) - 1
+        bdims = [new_axis[a] for i, a in enumerate(p.attrs["broadcast_dimensions"])
+                 if not any(i in r[1:] for r in inner)]
+        out = rw.op("broadcast_in_dim", src, shape=merged, broadcast_dimensions=bdims)
+    else:
+        operands = [_rebuild(w, runs, merged, rw, memo, reshaped) for w in p.operands]
+        out = rw.op(p.name, *operands, **p.attrs)
+    memo[key] = out
+    return out
 
 
 def split_reductions(graph: Graph) -> bool:

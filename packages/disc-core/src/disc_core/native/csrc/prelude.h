@@ -103,46 +103,37 @@ DISC_MATH float disc_erff(float x) {
   return a >= 0.921875f ? tail : fmaf(x, p, x);
 }
 
-/* STEP (on vectors a and b) with b = a's lanes moved down by half, a quarter, ... of the
-   vector, each time: lane 0 of a ends up combining every lane, in log2(lanes) full-width
-   steps (whole-vector shuffles, no lane-by-lane extraction) */
 /* Sum, max and min of a contiguous float/double row (a row kernel's reduction whose operand
    is an input row or was stored in a row buffer). Four vector accumulators and a pairwise
    combination of the lanes: the 'omp simd reduction' loop this replaces kept one vector
    accumulator (a chain of dependent adds, 4 cycles each) and summed its 16 lanes one after
    the other, which made LayerNorm's two statistics about two thirds of its time on
    cache-resident rows. max/min: NaN if any element is NaN (a separate flag, as the loop
-   form does), else the plain max/min; an empty row gives the reduction's identity. */
-/* a whole-vector permutation of a (disc_vec_f32 / _f64) by constant lane indices: gcc's
-   __builtin_shuffle (any gcc version DISC builds with), clang's __builtin_shufflevector */
-#ifdef __clang__
-#define DISC_SHUFFLE(NAME, a, ...) __builtin_shufflevector(a, a, __VA_ARGS__)
+   form does), else the plain max/min; an empty row gives the reduction's identity.
+
+   The vectors are the target's own width (DISC_RED_BYTES): gcc lowers a generic vector
+   wider than the hardware's piecewise, and the max/min's mask arithmetic on 64-byte
+   vectors became scalar code on AVX2 (8.6 us for a row of 1024 floats, 10x the sum). */
+#if defined(__AVX512F__)
+#define DISC_RED_BYTES 64
+#elif defined(__AVX__)
+#define DISC_RED_BYTES 32
 #else
-#define DISC_SHUFFLE(NAME, a, ...) __builtin_shuffle(a, (disc_vmask_##NAME){__VA_ARGS__})
+#define DISC_RED_BYTES 16
 #endif
-#define DISC_LANE_TREE_f32(a, STEP) do {                                                  \
-  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 8, 9, 10, 11, 12, 13, 14, 15,                   \
-                                  0, 1, 2, 3, 4, 5, 6, 7); STEP; }                        \
-  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 4, 5, 6, 7, 0, 1, 2, 3,                         \
-                                  12, 13, 14, 15, 8, 9, 10, 11); STEP; }                  \
-  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 2, 3, 0, 1, 6, 7, 4, 5,                         \
-                                  10, 11, 8, 9, 14, 15, 12, 13); STEP; }                  \
-  { disc_vec_f32 b = DISC_SHUFFLE(f32, a, 1, 0, 3, 2, 5, 4, 7, 6,                         \
-                                  9, 8, 11, 10, 13, 12, 15, 14); STEP; }                  \
-  } while (0)
-#define DISC_LANE_TREE_f64(a, STEP) do {                                                  \
-  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 4, 5, 6, 7, 0, 1, 2, 3); STEP; }                \
-  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 2, 3, 0, 1, 6, 7, 4, 5); STEP; }                \
-  { disc_vec_f64 b = DISC_SHUFFLE(f64, a, 1, 0, 3, 2, 5, 4, 7, 6); STEP; }                \
-  } while (0)
-#define DISC_ROW_REDUCE(T, I, N, NAME)                                                    \
-typedef T disc_vec_##NAME __attribute__((vector_size(64), aligned(sizeof(T))));           \
-typedef I disc_vmask_##NAME __attribute__((vector_size(64)));                             \
+#define DISC_ROW_REDUCE(T, I, NAME)                                                       \
+typedef T disc_vec_##NAME __attribute__((vector_size(DISC_RED_BYTES), aligned(sizeof(T)))); \
+typedef I disc_vmask_##NAME __attribute__((vector_size(DISC_RED_BYTES)));                 \
+enum { DISC_LANES_##NAME = DISC_RED_BYTES / sizeof(T) };                                  \
+/* lane j combines lane j + w for w = half the lanes, a quarter, ...: pairwise */          \
 static inline T disc_lanes_##NAME(disc_vec_##NAME *v) {                                   \
-  disc_vec_##NAME a = *v;                                                                 \
-  DISC_LANE_TREE_##NAME(a, a += b);                                                       \
-  return a[0]; }                                                                          \
+  T l[DISC_LANES_##NAME];                                                                 \
+  memcpy(l, v, sizeof(l));                                                                \
+  for (int w = DISC_LANES_##NAME / 2; w >= 1; w /= 2)                                     \
+    for (int j = 0; j < w; ++j) l[j] += l[j + w];                                         \
+  return l[0]; }                                                                          \
 static inline T disc_row_sum_##NAME(const T *restrict p, int64_t n) {                     \
+  enum { N = DISC_LANES_##NAME };                                                         \
   disc_vec_##NAME a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                                 \
   int64_t i = 0;                                                                          \
   for (; i + 4 * N <= n; i += 4 * N) {                                                    \
@@ -155,10 +146,10 @@ static inline T disc_row_sum_##NAME(const T *restrict p, int64_t n) {           
   for (; i < n; ++i) t += p[i];                                                           \
   a0 = (a0 + a1) + (a2 + a3);                                                             \
   return t + disc_lanes_##NAME(&a0); }                                                    \
-DISC_ROW_EXTREMUM(T, N, NAME, max, >)                                                     \
-DISC_ROW_EXTREMUM(T, N, NAME, min, <)
+DISC_ROW_EXTREMUM(T, NAME, max, >)                                                        \
+DISC_ROW_EXTREMUM(T, NAME, min, <)
 /* one select per element: a NaN element never wins the comparison, the flag records it */
-#define DISC_ROW_EXTREMUM(T, N, NAME, KIND, CMP)                                          \
+#define DISC_ROW_EXTREMUM(T, NAME, KIND, CMP)                                             \
 static inline void disc_##KIND##_step_##NAME(disc_vec_##NAME *a, const disc_vec_##NAME *xp, \
                                              disc_vmask_##NAME *nan) {                    \
   const disc_vec_##NAME x = *xp;                                                          \
@@ -166,6 +157,7 @@ static inline void disc_##KIND##_step_##NAME(disc_vec_##NAME *a, const disc_vec_
   const disc_vmask_##NAME m = (disc_vmask_##NAME)(x CMP *a);                              \
   *a = (disc_vec_##NAME)(((disc_vmask_##NAME)x & m) | ((disc_vmask_##NAME)*a & ~m)); }    \
 static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init) {        \
+  enum { N = DISC_LANES_##NAME };                                                         \
   disc_vec_##NAME a0, a1, a2, a3;                                                         \
   for (int j = 0; j < N; ++j) a0[j] = a1[j] = a2[j] = a3[j] = init;                       \
   disc_vmask_##NAME nan = {0};                                                            \
@@ -180,15 +172,17 @@ static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init)
   disc_##KIND##_step_##NAME(&a0, &a1, &nan);                                              \
   disc_##KIND##_step_##NAME(&a2, &a3, &nan);                                              \
   disc_##KIND##_step_##NAME(&a0, &a2, &nan);                                              \
-  /* the lanes pairwise, as the sums do (NaN lanes never won: the flag says) */           \
-  DISC_LANE_TREE_##NAME(a0, disc_##KIND##_step_##NAME(&a0, &b, &nan));                    \
   int64_t any = 0;                                                                        \
   for (int j = 0; j < N; ++j) any |= nan[j];                                              \
-  T t = a0[0];                                                                            \
+  T l[N];                                                                                 \
+  memcpy(l, &a0, sizeof(l));                                                              \
+  for (int w = N / 2; w >= 1; w /= 2) /* NaN lanes never won: the flag says */            \
+    for (int j = 0; j < w; ++j) l[j] = l[j + w] CMP l[j] ? l[j + w] : l[j];               \
+  T t = l[0];                                                                             \
   for (; i < n; ++i) { t = p[i] CMP t ? p[i] : t; any |= p[i] != p[i]; }                  \
   return any ? (T)NAN : t; }
-DISC_ROW_REDUCE(float, int32_t, 16, f32)
-DISC_ROW_REDUCE(double, int64_t, 8, f64)
+DISC_ROW_REDUCE(float, int32_t, f32)
+DISC_ROW_REDUCE(double, int64_t, f64)
 
 /* prefetch the n elements of a row (any element type, element size at most 8 bytes:
    one touch per 64 bytes) into the cache, for reading */
