@@ -16,9 +16,9 @@ from disc_core.native.emit import ModuleInfo
 from disc_core.native.fusion import FusionPlan
 from disc_core.native.lower import (
     CanonicalizeDots,
+    CollapseReducedRuns,
     LowerConvolutions,
     SplitInputDilation,
-    CollapseReducedRuns,
     SplitReductions,
     backend_lowering,
 )
