@@ -128,7 +128,7 @@ enum { DISC_LANES_##NAME = DISC_RED_BYTES / sizeof(T) };                        
 /* lane j combines lane j + w for w = half the lanes, a quarter, ...: pairwise */          \
 static inline T disc_lanes_##NAME(disc_vec_##NAME *v) {                                   \
   T l[DISC_LANES_##NAME];                                                                 \
-  memcpy(l, v, sizeof(l));                                                                \
+  for (int j = 0; j < DISC_LANES_##NAME; ++j) l[j] = (*v)[j];                             \
   for (int w = DISC_LANES_##NAME / 2; w >= 1; w /= 2)                                     \
     for (int j = 0; j < w; ++j) l[j] += l[j + w];                                         \
   return l[0]; }                                                                          \
@@ -175,7 +175,7 @@ static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init)
   int64_t any = 0;                                                                        \
   for (int j = 0; j < N; ++j) any |= nan[j];                                              \
   T l[N];                                                                                 \
-  memcpy(l, &a0, sizeof(l));                                                              \
+  for (int j = 0; j < N; ++j) l[j] = a0[j];                                               \
   for (int w = N / 2; w >= 1; w /= 2) /* NaN lanes never won: the flag says */            \
     for (int j = 0; j < w; ++j) l[j] = l[j + w] CMP l[j] ? l[j + w] : l[j];               \
   T t = l[0];                                                                             \
