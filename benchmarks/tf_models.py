@@ -500,7 +500,10 @@ def main() -> int:
     info["load_avg_1m_end"] = load_end[0]
     out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
-    bad = [r for r in rows if max(r["max_rel_diff_vs_tf"].values()) > 2e-3
+    # DISC's contenders only: XLA's own differences from TF (2.1e-3 once on AMD) are
+    # reported in the row, not DISC's to fail on
+    bad = [r for r in rows if max(v for k, v in r["max_rel_diff_vs_tf"].items()
+                                  if k.startswith("disc")) > 2e-3
            or any(r.get("grad_mismatches", {}).values())]
     for r in bad:
         print(f"FAIL {r['model']} {r['mode']}: DISC disagrees with TF (results "
