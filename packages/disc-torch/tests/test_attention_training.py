@@ -24,14 +24,16 @@ import disc_torch
 aten = torch.ops.aten
 
 
-def gradient_errors(exact: nn.Module, model: nn.Module, tol: float) -> dict[str, float]:
+def errors_against_float64(exact: nn.Module, model: nn.Module, tol: float) -> dict[str, float]:
     """Per parameter, ``model``'s gradient error against ``exact``'s (the same model and
     input in float64) over the error allowed, so 1 is the limit:
     ‖g − g₆₄‖ / (tol·‖g₆₄‖ + 16·ε·scale), with scale the largest gradient's norm and ε the
     dtype's. A gradient that is zero in exact arithmetic (a key bias: softmax ignores a
     constant added to every score of a row; every query weight at length 1) comes out of
     sums of terms as large as the others', so it is rounding noise of order ε·scale, for
-    eager as for DISC: 16·ε·scale allows that noise, far below any wrong gradient."""
+    eager as for DISC: 16·ε·scale allows that noise, far below any wrong gradient.
+    (training_parity.gradient_errors compares DISC with eager directly, with a floor tied
+    to the global norm; here float64 is the referee, so eager is judged too.)"""
     grads = {n: p.grad.double() for n, p in exact.named_parameters()}
     scale = max(g.norm().item() for g in grads.values())
     eps = torch.finfo(next(model.parameters()).dtype).eps
@@ -102,7 +104,7 @@ def _compare(model_kind: dict, mask_kind: str, dtype: torch.dtype, lengths: list
             (out * out).sum().backward()
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
         # judged against float64, as eager is: eager's own float32 error passes the bound
-        errors, eager_errors = (gradient_errors(exact, m, tol) for m in (disc, eager))
+        errors, eager_errors = (errors_against_float64(exact, m, tol) for m in (disc, eager))
         assert max(eager_errors.values()) <= 1, (s, eager_errors)
         assert max(errors.values()) <= 1, (s, errors)
 
@@ -249,7 +251,7 @@ def _train_block(spelling: str, lengths: list[int]) -> None:
         for out in (want, got, ref):
             (out * out).sum().backward()
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-        errors, eager_errors = (gradient_errors(exact, m, 1e-4) for m in (disc, eager))
+        errors, eager_errors = (errors_against_float64(exact, m, 1e-4) for m in (disc, eager))
         assert max(eager_errors.values()) <= 1, (s, eager_errors)
         assert max(errors.values()) <= 1, (s, errors)
         counts.append(disc_torch.compile_count())

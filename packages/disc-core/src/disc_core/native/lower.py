@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from ..ir import Graph, Op, Value
-from ..opdef import Rewriter
+from ..opdef import Fusion, Rewriter
 from ..passes.base import Pass
 from ..passes.dce import DCE
 from ..passes.manager import PassManager
@@ -162,8 +162,6 @@ def _merged_shape(shape: tuple[Expr, ...], runs: list[list[int]]) -> list[Expr]:
 def _in_memory(v: Value) -> bool:
     """``v`` is a buffer whatever the fusion plan does: a graph input, or the result of an
     op that never runs inside a fused kernel (a library call), or a reshape of those."""
-    from ..opdef import Fusion
-
     p = v.producer
     if p is None:
         return True
@@ -175,8 +173,6 @@ def _in_memory(v: Value) -> bool:
 def _mergeable(v: Value, runs: list[list[int]], memo: dict[int, bool]) -> bool:
     """Whether :func:`_rebuild` can put ``v`` on the merged shape without writing out
     anything that a fused kernel would otherwise compute in registers."""
-    from ..opdef import Fusion
-
     if id(v) in memo:
         return memo[id(v)]
     p = v.producer
@@ -187,8 +183,8 @@ def _mergeable(v: Value, runs: list[list[int]], memo: dict[int, bool]) -> bool:
     elif p.name == "broadcast_in_dim":
         inner = _broadcast_runs(p, runs)
         ok = inner is not None and (not inner or _mergeable(p.operands[0], inner, {}))
-    else:
-        ok = p.opdef.fusion == Fusion.DUPLICABLE and v.rank == 0
+    else:  # a transpose, pad, slice, iota...: indexing the merged axis cannot express
+        ok = False
     memo[id(v)] = ok
     return ok
 
@@ -226,9 +222,7 @@ def _rebuild(v: Value, runs: list[list[int]], merged: list[Expr], rw: Rewriter,
     if key in memo:
         return memo[key]
     p = v.producer
-    if v.rank == 0:
-        out = v
-    elif _in_memory(v):
+    if _in_memory(v):
         out = reshaped.get(key) or rw.op("reshape", v, shape=merged)
         reshaped[key] = out
     elif p.name == "broadcast_in_dim":
