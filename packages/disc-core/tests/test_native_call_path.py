@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from disc_core import Compiler, catalog, interpret
-from disc_runtime import CompileCache, InputError
+from disc_runtime import CompileCache, DiscRuntimeError, InputError
 from disc_runtime.native import _Plan
 
 
@@ -71,9 +71,23 @@ def test_planned_path_keeps_hook_and_input_checks(compiler):
         given.append(buf)
         return buf
 
+    module = exe._run_fn.module
+    planned = []
+    plain_call_planned = module._call_planned
+
+    def counting_call_planned(*args):
+        planned.append(args)
+        return plain_call_planned(*args)
+
+    module._call_planned = counting_call_planned
     (got,) = exe.run([x], allocate_output=allocate)
-    assert len(given) == 1 and np.shares_memory(got, given[0])
+    # the hook ran ahead of the call, on the planned path (no callback from inside C)
+    assert len(planned) == 1 and len(given) == 1 and np.shares_memory(got, given[0])
     check([got], interpret(graph, [x]))
+    with pytest.raises(DiscRuntimeError, match=r"expected a contiguous float32 array of shape "
+                                               r"\(3, 7\)"):
+        exe.run([x], allocate_output=lambda i, s, d: np.empty((7, 3), np.float32).T)
+    assert len(planned) == 2
     with pytest.raises(InputError, match="rank"):
         exe.run([x[0]])
     with pytest.raises(InputError, match="dtype"):
@@ -90,7 +104,7 @@ def test_a_table_that_does_not_fit_falls_back_to_callbacks(compiler):
     rng = np.random.default_rng(2)
     inputs = lnb_inputs(4, rng)
     exe.run(inputs)
-    module._plans[(4, 768, 4, 768, 768)] = _Plan([(4, 768), (768,), (767,)])
+    module._plans[(4, 768, 4, 768, 768)] = _Plan([(4, 768), (768,), (767,)], module.out_dtypes)
     check(exe.run(inputs), interpret(graph, inputs))
     assert module._plans is None
     again = lnb_inputs(6, rng)

@@ -111,6 +111,9 @@ def launch_support_header() -> str:
 _ffi = cffi.FFI()
 _ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
+# ffi.from_buffer's backend call without its Python wrapper: (char[] type, array, writable)
+_from_buffer = _ffi._backend.from_buffer
+_BYTES = _ffi.typeof("char[]")
 
 
 class _CallState:
@@ -134,18 +137,12 @@ def _alloc(ctx: Any, index: int, rank: int, shape_ptr: Any) -> Any:
         shape = tuple(_ffi.unpack(shape_ptr, rank)) if rank else ()
         dtype = state.dtypes[index]
         if state.allocate is not None:
-            arr = state.allocate(index, shape, state.dtype_names[index])
-            if type(arr) is not np.ndarray:
-                arr = as_numpy(arr, what=f"allocate_output for output #{index}")
-            if arr.shape != shape or arr.dtype != dtype or not arr.flags.c_contiguous:
-                raise DiscRuntimeError(
-                    f"allocate_output for output #{index} returned {arr.dtype} {arr.shape} "
-                    f"(contiguous: {arr.flags.c_contiguous}), expected a contiguous {dtype} "
-                    f"array of shape {shape}")
+            arr = _checked_output(state.allocate(index, shape, state.dtype_names[index]),
+                                  index, shape, dtype)
         else:
             arr = np.empty(shape, dtype)
         state.outputs[index] = arr
-        return _ffi.from_buffer(arr) if arr.size else _NONNULL
+        return _from_buffer(_BYTES, arr, False) if arr.size else _NONNULL
     except BaseException as exc:  # never let an exception unwind through C frames
         state.error = exc
         return _ffi.NULL
@@ -512,7 +509,7 @@ class NativeModule:
         for a in inputs:
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
-            ptrs.append(_ffi.from_buffer(a) if a.size else _NONNULL)
+            ptrs.append(_from_buffer(_BYTES, a, False) if a.size else _NONNULL)
             dims.extend(a.shape)
         return self._call(ptrs, dims, allocate_output, counters)
 
@@ -531,7 +528,7 @@ class NativeModule:
                         or (a.dtype is not dtype and a.dtype != dtype)):
                     raise FastPathMiss
                 # cffi asks for a simple buffer, which numpy grants only C-contiguous
-                ptrs.append(_ffi.from_buffer(a) if a.size else _NONNULL)
+                ptrs.append(_from_buffer(_BYTES, a, False) if a.size else _NONNULL)
                 dims += a.shape
         except ValueError:
             raise FastPathMiss from None
@@ -540,12 +537,11 @@ class NativeModule:
     def _call(self, ptrs: list[Any], dims: list[int], allocate_output: Callable[..., Any] | None,
               counters: np.ndarray | None) -> list[np.ndarray]:
         plans = self._plans
-        key = None
-        if plans is not None and allocate_output is None:
+        if plans is not None:
             key = tuple(dims)
             plan = plans.get(key)
             if plan is not None:
-                outputs = self._call_planned(plan, ptrs, dims, counters)
+                outputs = self._call_planned(plan, ptrs, dims, allocate_output, counters)
                 if outputs is not None:
                     return outputs
                 self._plans = plans = None  # output shapes depend on values: callbacks only
@@ -571,31 +567,37 @@ class NativeModule:
             if counters is not None:
                 env.counters = _ffi.NULL
             slot.busy = False
-        if plans is not None and key is not None:
+        if plans is not None:
             if len(plans) >= _MAX_PLANS:
                 plans.clear()
-            plans[key] = _Plan([o.shape for o in outputs])  # type: ignore[union-attr]
+            plans[key] = _Plan([o.shape for o in outputs], self.out_dtypes)  # type: ignore[union-attr]
         return outputs  # type: ignore[return-value]
 
     def _call_planned(self, plan: _Plan, ptrs: list[Any], dims: list[int],
+                      allocate_output: Callable[..., Any] | None,
                       counters: np.ndarray | None) -> list[np.ndarray] | None:
-        """One call with the outputs allocated here, in the shapes ``plan`` predicts, and
-        handed to the module through ``disc_table_alloc``; None when the module asked for
-        another shape (nothing was returned; the caller runs the call again)."""
+        """One call with the outputs allocated here, in the shapes ``plan`` predicts (by
+        ``allocate_output`` when given, checked as the callback path checks it), and
+        handed to the module through ``disc_table_alloc``: no Python callback from inside
+        the call. None when the module asked for another shape (nothing was returned; the
+        caller runs the call again)."""
         slot = getattr(self._local, "slot", None)
         if slot is None or slot.busy:
             slot = self._slot()
+        data = slot.table_data
+        if allocate_output is None:
+            outputs = [np.empty(shape, dtype) for shape, dtype in plan.pairs]
+        else:
+            outputs = [_checked_output(allocate_output(i, shape, name), i, shape, dtype)
+                       for i, (shape, dtype, name) in enumerate(plan.triples)]
+        for i, arr in enumerate(outputs):
+            data[i] = _from_buffer(_BYTES, arr, False) if arr.size else _NONNULL
         slot.busy = True
-        data, env = slot.table_data, slot.table_env
-        outputs = []
-        for i, (shape, dtype) in enumerate(zip(plan.shapes, self.out_dtypes)):
-            arr = np.empty(shape, dtype)
-            data[i] = _ffi.from_buffer(arr) if arr.size else _NONNULL
-            outputs.append(arr)
         if slot.plan is not plan:
             slot.table.dims = plan.dims
             slot.plan = plan
         # (table.missed is still 0: a miss ends planned calls for the module)
+        env = slot.table_env
         env.profile = self._profile_ptr
         if counters is not None:
             env.counters = _ffi.from_buffer("int64_t[]", counters)
@@ -613,6 +615,19 @@ class NativeModule:
             slot.busy = False
 
 
+def _checked_output(arr: Any, index: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """What an ``allocate_output`` hook returned for output ``index``, as a numpy array,
+    or the error that says what was expected."""
+    if type(arr) is not np.ndarray:
+        arr = as_numpy(arr, what=f"allocate_output for output #{index}")
+    if arr.shape != shape or arr.dtype != dtype or not arr.flags.c_contiguous:
+        raise DiscRuntimeError(
+            f"allocate_output for output #{index} returned {arr.dtype} {arr.shape} "
+            f"(contiguous: {arr.flags.c_contiguous}), expected a contiguous {dtype} "
+            f"array of shape {shape}")
+    return arr
+
+
 #: input-dims entries a module remembers output shapes for (cleared when full)
 _MAX_PLANS = 256
 
@@ -621,10 +636,13 @@ class _Plan:
     """The output shapes of a module's calls on one tuple of input dims, and the same as
     ``disc_table.dims`` (rank, then dims, per output)."""
 
-    __slots__ = ("shapes", "dims")
+    __slots__ = ("shapes", "dims", "pairs", "triples")
 
-    def __init__(self, shapes: list[tuple[int, ...]]):
+    def __init__(self, shapes: list[tuple[int, ...]], dtypes: Sequence[np.dtype]):
         self.shapes = shapes
+        self.pairs = list(zip(shapes, dtypes))
+        # numpy computes ``dtype.name`` in Python (microseconds): once here, not per call
+        self.triples = [(s, d, d.name) for s, d in self.pairs]
         self.dims = _ffi.new("int64_t[]", [v for s in shapes for v in (len(s), *s)] or [0])
 
 
