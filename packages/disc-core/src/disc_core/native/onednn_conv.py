@@ -178,7 +178,64 @@ def use_onednn_convolutions(graph: Graph) -> bool:
         if not rewrite_ops(graph, fold):
             break
         _drop_dead(graph)
+    fold_edge_pads(graph)
     return True
+
+
+def fold_edge_pads(graph: Graph) -> bool:
+    """Fold into ``fused_convolution`` the zero ``pad`` at the high spatial edges (a
+    run-time size's remainder: positive zero-extends, negative cuts) that strided
+    convolutions' gradients put around them (``GraphBuilder.conv_input_grad`` and
+    ``conv_filter_grad``): one on the input of a convolution that is not an input gradient
+    (``lhs_high``), one on the result of an input gradient (``out_high``), as long as
+    nothing else reads that result. An input gradient's result rows that no window reads
+    are zeroed by the call itself; a forward result cannot grow that way (its bias and
+    activation would apply to the new rows), so only input gradients take ``out_high``."""
+    returned = {id(v) for v in graph.outputs}
+    changed = False
+    while True:
+        users = graph.users()
+
+        def fold(op: Op, rw: Rewriter, users: dict = users) -> Value | None:
+            if op.name == "fused_convolution" and not op.attrs["flip_kernel"]:
+                lhs = op.operands[0]
+                high = _edge_pad(lhs.producer, op.attrs["input_layout"])
+                if high is None:
+                    return None
+                lhs_high = [a + b for a, b in zip(op.attrs["lhs_high"], high)]
+                return rw.op("fused_convolution", lhs.producer.operands[0], *op.operands[1:],
+                             **{**op.attrs, "lhs_high": lhs_high})
+            if op.name == "pad":
+                conv = op.operands[0]
+                p = conv.producer
+                if (p is None or p.name != "fused_convolution" or not p.attrs["flip_kernel"]
+                        or len(users.get(conv, [])) != 1 or id(conv) in returned):
+                    return None
+                high = _edge_pad(op, p.attrs["output_layout"])
+                if high is None:
+                    return None
+                out_high = [a + b for a, b in zip(p.attrs["out_high"], high)]
+                return rw.op("fused_convolution", *p.operands,
+                             **{**p.attrs, "out_high": out_high})
+            return None
+
+        if not rewrite_ops(graph, fold):
+            return changed
+        changed = True
+        _drop_dead(graph)
+
+
+def _edge_pad(p: Op | None, layout: str) -> list | None:
+    """The high edges (spatial order of ``layout``) of ``p`` when it is a zero ``pad`` at
+    the high spatial edges only (no low or interior padding, none on N or C)."""
+    if p is None or p.name != "pad" or not _is_zero(p.operands[1]):
+        return None
+    a = p.attrs
+    if any(v != 0 for v in a["low"]) or any(v != 0 for v in a["interior"]):
+        return None
+    if any(a["high"][layout.index(ch)] != 0 for ch in "NC"):
+        return None
+    return [a["high"][layout.index(ch)] for ch in layout if ch not in "NC"]
 
 
 def _feature_bias(v: Value, axis: int) -> Value | None:
@@ -227,6 +284,9 @@ def emit_fused_convolution(op: Op, ptr: Callable[[Value], str], syms: Symbols
         raise NativeUnsupported("fused_convolution needs oneDNN (pip install "
                                 "disc-runtime[onednn])")
     a = op.attrs
+    if not a["flip_kernel"] and any(h != 0 for h in a["out_high"]):
+        raise NativeUnsupported("fused_convolution: out_high on a convolution that is not "
+                                "an input gradient")
     lhs, rhs = op.operands[:2]
     bias = op.operands[2] if len(op.operands) > 2 else None
     res = op.results[0]

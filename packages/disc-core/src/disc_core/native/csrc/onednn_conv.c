@@ -588,6 +588,9 @@ static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, cons
       /* the right padding that makes the forward's output exactly the gradient's size */
       d.pad_r[j] = (d.dst[2 + j] - 1) * d.stride[j] + (d.wei[2 + j] - 1) * c->stride[j] + 1
                    - d.src[2 + j] - d.pad_l[j];
+      /* negative: the input's last positions are unread (oneDNN takes no negative
+         padding): describe the read part only, same strides */
+      if (d.pad_r[j] < 0) { d.src[2 + j] += d.pad_r[j]; d.pad_r[j] = 0; }
     }
     /* a forward convolution whose kernel outgrows its result (a tiny image) is tried in
        this form first; where oneDNN finds it inconsistent (strides, paddings), it runs
@@ -606,7 +609,14 @@ static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, cons
   }
   for (int j = 0; j < c->nsp; ++j) {
     d.stride[j] = c->stride[j]; d.dil[j] = c->rdil[j] - 1;
-    d.pad_l[j] = c->pad_lo[j]; d.pad_r[j] = c->pad_hi[j];
+    d.pad_l[j] = c->pad_lo[j];
+    /* the right padding that makes the output exactly its size: pad_hi less what a stride
+       that does not divide the extent leaves unread, plus fused_convolution's lhs_high (a
+       zero edge of run-time size); negative: the input's last positions are unread, so
+       the read part only is described (same strides) */
+    d.pad_r[j] = (c->out[2 + j] - 1) * c->stride[j] + (c->rhs[2 + j] - 1) * c->rdil[j] + 1
+                 - c->lhs[2 + j] - c->pad_lo[j];
+    if (d.pad_r[j] < 0) { d.src[2 + j] += d.pad_r[j]; d.pad_r[j] = 0; }
   }
   return disc_dnnl_conv(lib, &d, lhs, rhs, bias, out, msg, len, NULL);
 }
