@@ -491,3 +491,60 @@ def test_max_pool_indices_follow_torch_on_ties_and_nans(dims):
             torch.testing.assert_close(got, want, equal_nan=True)
             assert torch.equal(got_idx, want_idx), (shape, dtype, got_idx, want_idx)
     assert not fallbacks("aten.max_pool"), fallbacks("aten.max_pool")
+
+
+@pytest.mark.parametrize("dims, kernel", [(2, 2), (2, 3), (3, 2)])
+def test_max_pool_gradient_of_tiling_windows_reads_its_window(dims, kernel):
+    """Windows that tile the input (stride == kernel, no padding) give each input position
+    at most one window: the gradient is that window's where the forward's index names the
+    position, compiled without torch's scatter decomposition (declined for this case) and
+    with no fallback, on sizes the windows divide and sizes they leave a remainder of
+    (rows no window covers get 0), in f32 and f64. Overlapping windows keep torch's
+    decomposition and still compile."""
+    pool = F.max_pool2d if dims == 2 else F.max_pool3d
+
+    def fn(x, w):
+        return (pool(torch.relu(x) * w, kernel) * 3).sum()
+
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    g = torch.Generator().manual_seed(5)
+    sizes = ([(2, 3, 8, 9), (1, 2, 7, 7), (2, 1, kernel, 2 * kernel + 1), (3, 4, 16, 10)]
+             if dims == 2 else [(1, 2, 4, 5, 6), (2, 1, 3, 4, 5)])
+    for dtype in (F32, F64):
+        for shape in sizes:
+            # distinct values: no ties, so torch's choice of maximum is the only one
+            x = torch.randperm(torch.Size(shape).numel(), generator=g).reshape(shape)
+            x = (x.to(dtype) - x.numel() / 3).requires_grad_(True)
+            w = torch.rand(shape[1:], generator=g, dtype=dtype, requires_grad=True)
+            twin_x, twin_w = (x.detach().clone().requires_grad_(True),
+                              w.detach().clone().requires_grad_(True))
+            compiled(x, w).backward()
+            fn(twin_x, twin_w).backward()
+            assert_same(x.grad, twin_x.grad)
+            assert_same(w.grad, twin_w.grad)
+    backward_op = f"aten.max_pool{dims}d_with_indices_backward.default"
+    ops = {(n.op, n.status.value) for gr in disc_torch.report().graphs for n in gr.nodes}
+    assert (backward_op, "compiled") in ops, sorted(ops)
+    assert not any("scatter" in op for op, _ in ops), sorted(ops)
+    assert not fallbacks("aten.max_pool"), fallbacks("aten.max_pool")
+
+
+def test_max_pool_gradient_of_overlapping_windows_keeps_the_scatter():
+    """3x3 windows at stride 2 with padding overlap: torch's scatter decomposition runs
+    (DISC's converter refuses the case), compiled, with eager's gradient."""
+    def fn(x):
+        return (F.max_pool2d(x * 2, 3, stride=2, padding=1) ** 2).sum()
+
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    g = torch.Generator().manual_seed(6)
+    for shape in [(2, 3, 9, 8), (1, 1, 5, 5)]:
+        x = torch.randperm(torch.Size(shape).numel(), generator=g).reshape(shape).to(F64)
+        x.requires_grad_(True)
+        twin = x.detach().clone().requires_grad_(True)
+        compiled(x).backward()
+        fn(twin).backward()
+        assert_same(x.grad, twin.grad)
+    ops = {n.op for gr in disc_torch.report().graphs for n in gr.nodes}
+    assert any("scatter" in op for op in ops), sorted(ops)
+    assert "aten.max_pool2d_with_indices_backward.default" not in ops
+    assert not fallbacks("aten.scatter"), fallbacks("aten.scatter")

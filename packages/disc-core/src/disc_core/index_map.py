@@ -62,7 +62,10 @@ OperandMap = tuple[DimMap, dict[int, int]]
 
 
 def kdim(e: Entry) -> int | None:
-    """The kernel dim an entry follows (None for broadcast, fixed or indirect indices)."""
+    """The kernel dim an entry follows (None for broadcast, fixed or indirect indices);
+    a quotient follows its inner entry's."""
+    if isinstance(e, Quot):
+        return kdim(e.inner)  # type: ignore[arg-type]
     if isinstance(e, Aff):
         return e.dim
     return e if isinstance(e, int) else None

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType
-from ..index_map import DimMap, Entry, OperandMap
+from ..index_map import DimMap, Entry, OperandMap, Quot
 from ..ir import Op, TensorType, Value
 from ..opdef import (
     DIMS,
@@ -228,17 +228,22 @@ class Reshape(OpDef):
 
     @classmethod
     def fuses(cls, op: Op) -> bool:
-        return unit_reshape_pairs(op) is not None
+        return unit_reshape_pairs(op) is not None or tile_merge_groups(op) is not None
 
     @classmethod
     def index_map(cls, op: Op, i: int, result_map: DimMap, kernel_rank: int
                   ) -> OperandMap | None:
-        pairs = unit_reshape_pairs(op)
-        if pairs is None:
-            return None
         out: list[Entry] = [None] * op.operands[0].rank  # unit dims are read at index 0
-        for rd, od in pairs:
-            out[od] = result_map[rd]
+        pairs = unit_reshape_pairs(op)
+        if pairs is not None:
+            for rd, od in pairs:
+                out[od] = result_map[rd]
+            return tuple(out), {}
+        groups = tile_merge_groups(op)
+        if groups is None:
+            return None
+        for rd, od, step in groups:
+            out[od] = result_map[rd] if step == 1 else Quot(result_map[rd], step)
         return tuple(out), {}
 
     @classmethod
@@ -503,6 +508,53 @@ class Transpose(OpDef):
             raise InterpretError(f"{cls.name}: permutation {list(perm)} does not fit an operand "
                                  f"of shape {list(x.shape)}")
         return c_array(np.transpose(x, perm))
+
+
+def tile_merge_groups(op: Op) -> list[tuple[int, int, int]] | None:
+    """(result dim, operand dim, step) of a reshape that merges runs of dims whose inner
+    members are static broadcast dims of the operand's producer (``broadcast_in_dim``),
+    None for any other reshape. Each element is repeated along such a run (an upsampling:
+    ``g[..., o, None, w, None]`` broadcast to ``[..., o, k, w, k]`` and viewed as
+    ``[..., o*k, w*k]``, a pooling's gradient), so result index ``e`` reads operand index
+    ``e / step`` in the run's first dim (``step`` the product of the inner dims) and any
+    index in the inner ones, which hold copies. Reading them at 0 is right whether the
+    broadcast runs in the same kernel or was materialized, so inside a kernel the reshape
+    is indexing and the upsampled tensor is never written."""
+    v = op.operands[0]
+    p = v.producer
+    if p is None or p.name != "broadcast_in_dim":
+        return None
+    src_shape = p.operands[0].shape
+    copies = set(range(v.rank)) - set(p.attrs["broadcast_dimensions"])
+    copies |= {d for j, d in enumerate(p.attrs["broadcast_dimensions"])
+               if src_shape[j].is_const and src_shape[j].value == 1}
+
+    def non_unit(shape: tuple) -> list[int]:
+        return [j for j, d in enumerate(shape) if not (d.is_const and d.value == 1)]
+
+    src, res = v.shape, op.results[0].shape
+    a, b = non_unit(src), non_unit(res)
+    groups: list[tuple[int, int, int]] = []
+    i = 0
+    merged = False
+    for rd in b:
+        if i >= len(a):
+            return None
+        first, size, step = a[i], src[a[i]], 1
+        i += 1
+        while size != res[rd]:
+            if i >= len(a):
+                return None
+            inner = src[a[i]]
+            if not inner.is_const or a[i] not in copies:
+                return None
+            size, step = size * inner, step * inner.value
+            i += 1
+        merged |= step > 1
+        groups.append((rd, first, step))
+    if i != len(a) or not merged:
+        return None
+    return groups
 
 
 def unit_reshape_pairs(op: Op) -> list[tuple[int, int]] | None:

@@ -212,16 +212,28 @@ def avg_pool_backward(ctx, node):
     return total
 
 
-def _spread_over_tiles(ctx, g, x, kernel):
+def _spread_over_tiles(ctx, g, x, kernel, fill=0):
     """The gradient of non-overlapping windows (stride == kernel, no padding, the usual
     ``avg_pool2d(x, 2)``): every input of window ``o`` gets ``g[o]``, so it is ``g`` with each
     element repeated ``k`` times per spatial dim (a broadcast to [..., o, k, ...] viewed as
-    [..., o * k, ...]), then zeros for the rows and columns floor division left out.
+    [..., o * k, ...]), then ``fill`` (zeros) for the rows and columns floor division left out.
 
     The tap sum of the general case would test ``(i - tap) % stride`` for every tap at
     every element; here each element is one read at ``i / k``."""
     n = len(kernel)
     lead = x.rank - n
+    rest = [h - o * k for h, o, k in zip(x.shape[lead:], g.shape[lead:], kernel)]
+    exact = [r.is_const and r.value == 0 for r in rest]
+    if not all(exact):
+        # rows and columns no window covered (fewer than k: floor division) read a zero
+        # tile: one more zero row and column on the small gradient, and the spread cut to
+        # x's size. A pad of the spread itself would be a guarded read, which fusion
+        # materializes (the whole upsampled gradient written, then read back); this way
+        # the consumer computes the spread in place (``Reshape``'s tile indexing) and only
+        # ``g`` is in memory
+        g = ctx.op("pad", g, ctx.scalar(fill, g.dtype), low=[Expr.const(0)] * x.rank,
+                   high=[Expr.const(0)] * lead + [Expr.const(int(not e)) for e in exact],
+                   interior=[0] * x.rank)
     spatial = list(g.shape[lead:])
     tiled = list(g.shape[:lead])
     for o, k in zip(spatial, kernel):
@@ -229,9 +241,59 @@ def _spread_over_tiles(ctx, g, x, kernel):
     spread = ctx.op("broadcast_in_dim", g, shape=tiled,
                     broadcast_dimensions=list(range(lead)) + [lead + 2 * j for j in range(n)])
     up = ctx.reshape(spread, list(g.shape[:lead]) + [o * k for o, k in zip(spatial, kernel)])
-    rest = [h - o * k for h, o, k in zip(x.shape[lead:], spatial, kernel)]
-    if all(r.is_const and r.value == 0 for r in rest):
+    if all(exact):
         return up
-    zero = ctx.scalar(0, x.dtype)
-    return ctx.op("pad", up, zero, low=[Expr.const(0)] * x.rank,
-                  high=[Expr.const(0)] * lead + rest, interior=[0] * x.rank)
+    return ctx.op("slice", up, start=[Expr.const(0)] * x.rank, limit=list(x.shape),
+                  stride=[1] * x.rank)
+
+
+def tiles_cover_input(kernel, stride, padding, dilation, ceil_mode) -> bool:
+    """Whether pooling windows tile the input without overlap or padding (``stride ==
+    kernel``: the usual ``max_pool2d(x, 2)``), so each input position lies in at most one
+    window: its gradient is one read of that window's, no scatter."""
+    n = len(kernel)
+    expand = (lambda v, d: list(v) * n if len(v) == 1 else list(v) if v else d)  # noqa: E731
+    kernel = list(kernel)
+    stride = expand(stride or [], kernel)
+    return (not ceil_mode and stride == kernel and not any(expand(padding or [], [0] * n))
+            and all(d == 1 for d in expand(dilation or [], [1] * n)))
+
+
+def _max_backward_check(node):
+    args = list(node.args) + [None] * 8
+    for v in (args[2], args[3] or [], args[4] or [], args[5] or []):
+        if not all(isinstance(x, int) for x in v):
+            return "window computed at run time"
+    if not tiles_cover_input(args[2], args[3], args[4], args[5], args[6]):
+        return "overlapping, padded or dilated windows (torch's scatter decomposition runs)"
+    return None
+
+
+@converter(aten.max_pool2d_with_indices_backward.default,
+           aten.max_pool3d_with_indices_backward.default,
+           dtypes=FLOAT_DTYPES | {torch.int64},  # the float gradient and the forward's indices
+           check=_max_backward_check)
+def max_pool_backward(ctx, node):
+    """The max-pool gradient of windows that tile the input (:func:`tiles_cover_input`):
+    each input position gets its window's gradient where the forward's index names it, 0
+    elsewhere. Both the gradient and the indices are spread over the tiles in place
+    (``Reshape``'s tile indexing), so the consumer kernel computes the result where it
+    reads it: no zero fill, no scatter, nothing upsampled in memory. Positions no window
+    covers read index -1, which names none."""
+    args = list(node.args) + [None] * 8
+    g, x, idx = ctx.value(args[0]), ctx.value(args[1]), ctx.value(args[7])
+    n = 2 if node.target is aten.max_pool2d_with_indices_backward.default else 3
+    kernel = list(args[2]) * n if len(args[2]) == 1 else list(args[2])
+    lead = x.rank - n
+    g_up = _spread_over_tiles(ctx, g, x, kernel)
+    idx_up = _spread_over_tiles(ctx, idx, x, kernel, fill=-1)
+    flat = None  # each input position's flat index over the spatial dims, as torch's
+    for k in range(n):
+        pos = ctx.op("iota", shape=list(x.shape), dimension=lead + k, dtype=idx.dtype)
+        if flat is None:
+            flat = pos
+        else:
+            size = ctx.broadcast_to(ctx.b.dim_size(x, lead + k), list(x.shape))
+            flat = ctx.op("add", ctx.op("mul", flat, ctx.cast(size, idx.dtype)), pos)
+    hit = ctx.op("compare", idx_up, flat, direction="eq")
+    return ctx.op("select", hit, g_up, ctx.full(0, g.dtype, list(x.shape)))
