@@ -21,7 +21,6 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from .attention_decomposition import flash_attention_backward, flash_attention_forward
-from .converters.pooling import tiles_cover_input
 
 __all__ = ["decomposition_table"]
 
@@ -40,7 +39,7 @@ EXTRA = [
     aten.softplus_backward, aten.leaky_relu_backward, aten.sigmoid_backward,
     aten.tanh_backward, aten.threshold_backward, aten.elu, aten.elu_backward,
     aten.hardtanh_backward, aten.mse_loss, aten.mse_loss_backward,
-    aten.t,
+    aten.max_pool2d_with_indices_backward, aten.t,
     aten.index_select, aten.repeat,
     aten.stack, aten.logsumexp, aten.clamp_min, aten.clamp_max, aten.select_backward,
     aten.slice_backward, aten.masked_fill, aten.baddbmm, aten.new_zeros, aten.zeros_like,
@@ -63,26 +62,9 @@ INEXACT = {
         "second output is the attention matrix, not the logsumexp",
 }
 
-def max_pool2d_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode,
-                        indices):
-    """torch's scatter decomposition of the max-pool gradient, except where the windows
-    tile the input: that call is declined, and DISC's converter reads each position's
-    window instead (``converters/pooling.py``: no zero fill, no scatter)."""
-    if all(isinstance(v, int) for v in [*kernel_size, *(stride or []), *(padding or []),
-                                         *(dilation or [])]) and tiles_cover_input(
-            kernel_size, stride, padding, dilation, ceil_mode):
-        return NotImplemented
-    return _TORCH_MAX_POOL2D_BACKWARD(grad_output, x, kernel_size, stride, padding, dilation,
-                                      ceil_mode, indices)
-
-
-_TORCH_MAX_POOL2D_BACKWARD = get_decompositions([aten.max_pool2d_with_indices_backward])[
-    aten.max_pool2d_with_indices_backward.default]
-
 #: DISC's own exact decompositions (they may decline a call with NotImplemented, which
 #: leaves the op to torch).
 EXACT = {
-    aten.max_pool2d_with_indices_backward.default: max_pool2d_backward,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_forward,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
         flash_attention_backward,
