@@ -636,10 +636,9 @@ class _Plan:
     """The output shapes of a module's calls on one tuple of input dims, and the same as
     ``disc_table.dims`` (rank, then dims, per output)."""
 
-    __slots__ = ("shapes", "dims", "pairs", "triples")
+    __slots__ = ("dims", "pairs", "triples")
 
     def __init__(self, shapes: list[tuple[int, ...]], dtypes: Sequence[np.dtype]):
-        self.shapes = shapes
         self.pairs = list(zip(shapes, dtypes))
         # numpy computes ``dtype.name`` in Python (microseconds): once here, not per call
         self.triples = [(s, d, d.name) for s, d in self.pairs]

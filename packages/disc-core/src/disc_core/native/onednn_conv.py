@@ -310,11 +310,10 @@ def emit_fused_convolution(op: Op, ptr: Callable[[Value], str], syms: Symbols
                        ("out_st", ds)):
         lines.append("    " + " ".join(f"cd.{name}[{i}] = {e};" for i, e in enumerate(vals)))
     for j in range(len(sp)):
-        lo, hi = a["padding"][j]
+        lo = a["padding"][j][0]  # the right padding follows from the sizes (C side)
         lines.append(f"    cd.stride[{j}] = {a['window_strides'][j]}; "
                      f"cd.rdil[{j}] = {a['rhs_dilation'][j]}; "
-                     f"cd.ldil[{j}] = {a['lhs_dilation'][j]}; cd.pad_lo[{j}] = {lo}; "
-                     f"cd.pad_hi[{j}] = {hi};")
+                     f"cd.ldil[{j}] = {a['lhs_dilation'][j]}; cd.pad_lo[{j}] = {lo};")
     bptr = f"(void *){ptr(bias)}" if bias is not None else "NULL"
     lines += [f"    if (disc_dnnl_convolution({_c_string(lib)}, &cd, (void *){ptr(lhs)}, "
               f"(void *){ptr(rhs)}, {bptr}, (void *){ptr(res)}, err, errlen)) goto fail;",

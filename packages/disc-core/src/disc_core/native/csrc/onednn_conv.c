@@ -518,7 +518,7 @@ static __attribute__((noinline)) int disc_dnnl_conv(const char *lib,
 typedef struct {
   int64_t nsp, fgc, bgc, act, flip;  /* flip: the kernel's taps are read in reverse */
   int64_t lhs[5], lhs_st[5], rhs[5], rhs_st[5], out[5], out_st[5];
-  int64_t stride[3], rdil[3], ldil[3], pad_lo[3], pad_hi[3];
+  int64_t stride[3], rdil[3], ldil[3], pad_lo[3];  /* right paddings: from the sizes */
 } disc_conv;
 
 /* Runs core convolution ``c`` (out = act(conv(lhs, rhs) + bias)) as the oneDNN primitive
@@ -610,7 +610,7 @@ static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, cons
   for (int j = 0; j < c->nsp; ++j) {
     d.stride[j] = c->stride[j]; d.dil[j] = c->rdil[j] - 1;
     d.pad_l[j] = c->pad_lo[j];
-    /* the right padding that makes the output exactly its size: pad_hi less what a stride
+    /* the right padding that makes the output exactly its size: the op's less what a stride
        that does not divide the extent leaves unread, plus fused_convolution's lhs_high (a
        zero edge of run-time size); negative: the input's last positions are unread, so
        the read part only is described (same strides) */
