@@ -323,10 +323,12 @@ class KernelEmitter:
         rows of the inputs read in the kernel's own layout. A row kernel's first pass over
         a row is a reduction whose loads start the row; without this, each row's first
         loads wait on the last-level cache or memory before the hardware prefetcher,
-        which does not cross the row boundary in time, catches up."""
+        which does not cross the row boundary in time, catches up. Where the hardware
+        prefetcher keeps up by itself (AMD Zen), the prelude's DISC_ROW_PREFETCH turns
+        the lines off at compile time."""
         names = sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
-        return [f"    if (r + {PREFETCH_ROWS} < hi) disc_prefetch_row({name} + "
-                f"(r + {PREFETCH_ROWS})*C, C);" for name in names]
+        return [f"    if (DISC_ROW_PREFETCH && r + {PREFETCH_ROWS} < hi) "
+                f"disc_prefetch_row({name} + (r + {PREFETCH_ROWS})*C, C);" for name in names]
 
     def tiled_transpose_body(self, v: Value, m: tuple[int, ...]) -> tuple[str, str]:
         """A transpose that moves the innermost dim, in TRANSPOSE_TILE-square tiles.

@@ -184,6 +184,21 @@ static inline T disc_row_##KIND##_##NAME(const T *restrict p, int64_t n, T init)
 DISC_ROW_REDUCE(float, int32_t, f32)
 DISC_ROW_REDUCE(double, int64_t, f64)
 
+/* Whether row kernels prefetch their next input rows in software (kernel_emit's
+   prefetch_rows), decided per CPU kind by measurement. On an Intel Xeon (Sapphire Rapids)
+   it made 768-wide LayerNorm rows 5-10% faster at 0.5-6 MB. On AMD Zen 1 it made them
+   5-15% slower at every size from 1.5 to 24 MB, and softmax 7% slower at 24 MB: Zen's
+   hardware prefetcher follows the rows by itself and the prefetch loop costs issue slots.
+   Later Zen generations are assumed to behave like Zen 1 (not measured). */
+#ifndef DISC_ROW_PREFETCH
+#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || \
+    defined(__znver4__) || defined(__znver5__)
+#define DISC_ROW_PREFETCH 0
+#else
+#define DISC_ROW_PREFETCH 1
+#endif
+#endif
+
 /* prefetch the n elements of a row (any element type, element size at most 8 bytes:
    one touch per 64 bytes) into the cache, for reading */
 #define disc_prefetch_row(p, n) do {                                                      \
