@@ -291,32 +291,95 @@ class KernelEmitter:
                 lines.append(f"    out{j}[{self.offset(o, k.maps[o], {})}] = "
                              f"{self.var[id(o)]};")
         epilogue = {id(op.results[0]): op for op in k.column_epilogue}
+        stores: list[str] = []  # the full-row loops, after the row's reductions
         for segment, lo, hi in self.inner_segments() if full else ():
             self.scope = set()
             self.segment = segment
-            lines.append("    #pragma omp simd")
-            lines.append(f"    for (int64_t c = {lo}; c < {hi}; ++c) {{")
+            stores.append("#pragma omp simd")
+            stores.append(f"for (int64_t c = {lo}; c < {hi}; ++c) {{")
             for j, o in full:
                 red = epilogue.get(id(o))
                 if red is not None:  # a column sum: into this block's partial row
                     body, var = self.operand_cone(red, 0, done)
-                    lines += ["      " + s for s in body]
-                    lines.append(f"      colpart{j}[c] += {var};")
+                    stores += ["  " + s for s in body]
+                    stores.append(f"  colpart{j}[c] += {var};")
                     continue
                 body, var = self.compute_cone(o, done)
-                lines += ["      " + s for s in body]
-                lines.append(f"      out{j}[{self.offset(o, k.maps[o], {})}] = {var};")
-            lines.append("    }")
+                stores += ["  " + s for s in body]
+                stores.append(f"  out{j}[{self.offset(o, k.maps[o], {})}] = {var};")
+            stores.append("}")
             self.scope = set()
         self.segment = None
+        streamed = self.streamed_outputs(full, "\n".join(stores))
+        if streamed:
+            lines[1:1] = self.stream_setup(streamed, rows, "\n".join(lines + stores))
+            lines.append("    if (disc_stream) {")
+            lines += ["      " + s for s in self.streamed_loop(streamed, stores)]
+            lines.append("    } else {")
+            lines += ["      " + s for s in stores]
+            lines.append("    }")
+        else:
+            lines += ["    " + s for s in stores]
         lines += ["    " + s for s in advance]
         lines.append("  }")
         for name in self.rowbuf.values():
             lines.append(f"  if ({name}_bytes > DISC_STACK_ROWBUF) free({name});")
+        if streamed:
+            lines.append("  if (disc_stream) disc_stream_fence();")
         if reductions and not self.short:
             head = lines.index("  for (int64_t r = lo; r < hi; ++r) {") + 1
             lines[head:head] = self.prefetch_rows("\n".join(lines[head:]))
         return "\n".join(lines) + "\n", self.dim(rows)
+
+    def streamed_outputs(self, full: list[tuple[int, Value]], stores: str
+                         ) -> list[tuple[int, str]]:
+        """(output index, C type) of the outputs a call moving more bytes than the
+        last-level cache writes with streaming stores (prelude ``disc_streams``): every
+        full-row output, when each is written whole, in the kernel's own layout, by one
+        loop over the row. Not for the short-row version (rows under 64 elements), split
+        concatenates (one loop per operand) or column-sum epilogues."""
+        k = self.k
+        if (self.short or not full or k.split_concat is not None or k.column_epilogue
+                or k.kind not in ("row", "loop") or self.n < 1):
+            return []
+        out = []
+        for j, o in full:
+            if f"  out{j}[r*C + c] = " not in stores:
+                return []
+            out.append((j, ctype(o.dtype)))
+        return out
+
+    def stream_setup(self, streamed: list[tuple[int, str]], rows: Expr, body: str
+                     ) -> list[str]:
+        """Lines at the top of a ``_part``: whether this call streams (the bytes it moves,
+        counting the inputs it reads in its own layout and its outputs, against the
+        last-level cache), and a chunk buffer per streamed output."""
+        names = sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
+        sizes = {name: ctype(v.dtype) for v, name in self.params}
+        per_elem = " + ".join([f"sizeof({sizes[n]})" for n in names]
+                              + [f"sizeof({t})" for _, t in streamed])
+        lines = [f"  const int disc_stream = disc_streams({self.dim(rows)}, C, {per_elem});"]
+        for j, t in streamed:
+            lines.append(f"  {t} stream{j}[DISC_STREAM_CHUNK] __attribute__((aligned(64)));")
+        return lines
+
+    @staticmethod
+    def streamed_loop(streamed: list[tuple[int, str]], stores: list[str]) -> list[str]:
+        """The row's store loop in chunks of DISC_STREAM_CHUNK columns: each chunk into
+        the stack buffers (in L1), then streamed to the outputs."""
+        lines = ["for (int64_t c0 = 0; c0 < C; c0 += DISC_STREAM_CHUNK) {",
+                 "  const int64_t c1 = C - c0 < DISC_STREAM_CHUNK ? C : c0 + DISC_STREAM_CHUNK;"]
+        for s in stores:
+            if s == "for (int64_t c = 0; c < C; ++c) {":
+                s = "for (int64_t c = c0; c < c1; ++c) {"
+            for j, _ in streamed:
+                s = s.replace(f"  out{j}[r*C + c] = ", f"  stream{j}[c - c0] = ")
+            lines.append("  " + s)
+        for j, t in streamed:
+            lines.append(f"  disc_stream_bytes(out{j} + r*C + c0, stream{j}, "
+                         f"(size_t)(c1 - c0) * sizeof({t}));")
+        lines.append("}")
+        return lines
 
     def prefetch_rows(self, body: str) -> list[str]:
         """Lines at the top of a row kernel's row loop that prefetch, two rows ahead, the

@@ -44,7 +44,9 @@ class Toolchain:
 
     @property
     def flags(self) -> tuple[str, ...]:
-        return FLAGS + (("-DDISC_LIBMVEC",) if _has_libmvec(self.cc) else ())
+        llc = last_level_cache_bytes()
+        return (FLAGS + (("-DDISC_LIBMVEC",) if _has_libmvec(self.cc) else ())
+                + ((f"-DDISC_LLC_BYTES={llc}",) if llc else ()))
 
     @property
     def libs(self) -> tuple[str, ...]:
@@ -176,6 +178,34 @@ def _probe_libmvec(cc: str) -> bool:
         except OSError:
             return False
     return True
+
+
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Size of the largest data cache CPU 0 sees (Linux sysfs), or None where unknown.
+    Kernels stream their outputs past the cache when a call moves more than this (prelude
+    ``disc_streams``). sysfs rather than sysconf: in a VM on AMD EPYC, sysconf reported
+    the host's 64 MB L3 where the guest's CCX has 8 MB."""
+    best = None
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            if (index / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            level = int((index / "level").read_text())
+            size = _cache_size((index / "size").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if size and (best is None or level > best[0]):
+            best = (level, size)
+    return best[1] if best else None
+
+
+def _cache_size(text: str) -> int | None:
+    """sysfs cache sizes read like 32K, 8192K or 1M."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if text and text[-1] in units:
+        return int(text[:-1]) * units[text[-1]]
+    return int(text) if text.isdigit() else None
 
 
 @functools.lru_cache(maxsize=1)
