@@ -20,6 +20,7 @@ from ..dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, DType
 from ..ir import Op, TensorType, Value
 from ..opdef import DTYPE, STR, Attr, Ctx, Env, Fusion, InterpretError, OpDef, Rewriter
 from ..shape_facts import Eq, Fact
+from ..value_facts import at_most_zero
 
 LOGICAL_DTYPES = (DType.BOOL,) + INT_DTYPES
 
@@ -144,10 +145,20 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[DType, ...], s
     "not": (_not, LOGICAL_DTYPES, "logical not of bool, bitwise not of integers"),
 }
 
+def _exp_c_expr(cls, op: Op, args: list[str]) -> str:
+    """f32 exp without its overflow clamp where the graph proves the argument at most zero
+    (``x - max(x)``, the shift of softmax and attention rows: value_facts.at_most_zero)."""
+    x = op.operands[0]
+    if x.dtype is DType.F32 and at_most_zero(x):
+        return f"disc_expf_nonpos({args[0]})"
+    return C_TEMPLATES["exp"](x.dtype, *args)
+
+
 for _name, (_fn, _dtypes, _doc) in _UNARY.items():
     type(f"Unary_{_name}", (Elementwise,), {
         "name": _name, "operands": ("x",), "dtypes": _dtypes, "fn": staticmethod(_fn),
         "summary": _doc, "__doc__": _doc,
+        **({"c_expr": classmethod(_exp_c_expr)} if _name == "exp" else {}),
     })
 
 
