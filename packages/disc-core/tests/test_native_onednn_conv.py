@@ -298,6 +298,33 @@ def test_a_tiny_image_runs_in_the_backward_weights_form_made_once(compiler) -> N
     assert primitive_counts(exe) == (1, 0)
 
 
+def test_a_rejected_problem_is_cached_and_its_other_form_runs(tmp_path, monkeypatch) -> None:
+    """When oneDNN rejects a problem (here: a module built with -DDISC_DNNL_REJECT_KIND=1,
+    which makes every backward-weights primitive fail to build), the rejection is cached:
+    the tiny image's backward-weights form is tried once, the forward form runs and is made
+    once, and later calls try neither again. Results match the interpreter throughout."""
+    from disc_core.native import toolchain
+
+    monkeypatch.setattr(toolchain, "FLAGS", (*toolchain.FLAGS, "-DDISC_DNNL_REJECT_KIND=1"))
+    compiler = Compiler(CompileCache(tmp_path / "cache"), target="native")
+    b = GraphBuilder("rejected")
+    N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
+    x = b.input("x", "f32", [N, H, W, 3])
+    w = b.input("w", "f32", [3, 3, 3, 4])
+    y = b.convolution(x, w, window_strides=[1, 2], padding=[[1, 2], [2, 0]],
+                      rhs_dilation=[1, 1], feature_group_count=1, input_layout="NHWC",
+                      kernel_layout="HWIO", output_layout="NHWC", lhs_dilation=[1, 1],
+                      batch_group_count=1)
+    g = b.build(y)
+    inputs = [RNG.standard_normal((1, 2, 2, 3)).astype(np.float32),
+              RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)]
+    exe = check(compiler, g, inputs)
+    assert primitive_counts(exe) == (1, 1)
+    for _ in range(3):
+        check(compiler, g, inputs)
+    assert primitive_counts(exe) == (1, 1)
+
+
 @pytest.mark.parametrize("nsp", [1, 3])
 def test_channel_blocked_layouts_in_one_and_three_dims(compiler, nsp) -> None:
     """Channel-blocked activations (nCw16c/nCdhw16c, nCw8c/nCdhw8c on AVX2) in 1 and 3 dims."""
