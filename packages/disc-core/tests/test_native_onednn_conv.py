@@ -273,13 +273,9 @@ def primitive_counts(exe) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def test_a_tiny_image_runs_in_the_backward_weights_form_made_once(compiler) -> None:
-    """A forward convolution on a 2x2 image with a stride and uneven padding is tried first
-    as oneDNN's backward-weights form (its kernel outgrows its result). oneDNN used to
-    reject that form here (a negative right padding: the input's last column is unread);
-    the call now describes only the part the windows read, so the first form runs, and
-    later calls reuse the primitive. (Rejected problems are still cached as such; none of
-    the shapes tried here is rejected any more.)"""
+def tiny_strided_conv():
+    """(graph, inputs): a strided, unevenly padded convolution on a 2x2 image, whose
+    kernel outgrows its result (tried first as oneDNN's backward-weights form)."""
     b = GraphBuilder("rejected")
     N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
     x = b.input("x", "f32", [N, H, W, 3])
@@ -288,14 +284,29 @@ def test_a_tiny_image_runs_in_the_backward_weights_form_made_once(compiler) -> N
                       rhs_dilation=[1, 1], feature_group_count=1, input_layout="NHWC",
                       kernel_layout="HWIO", output_layout="NHWC", lhs_dilation=[1, 1],
                       batch_group_count=1)
-    g = b.build(y)
-    inputs = [RNG.standard_normal((1, 2, 2, 3)).astype(np.float32),
-              RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)]
+    return b.build(y), [RNG.standard_normal((1, 2, 2, 3)).astype(np.float32),
+                        RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)]
+
+
+def run_tiny_strided_conv(compiler, made_and_rejected: tuple[int, int]) -> None:
+    """Four calls of tiny_strided_conv, each checked; the module's (primitives made,
+    problems rejected) are ``made_and_rejected`` after the first and after the last."""
+    g, inputs = tiny_strided_conv()
     exe = check(compiler, g, inputs)
-    assert primitive_counts(exe) == (1, 0)
+    assert primitive_counts(exe) == made_and_rejected
     for _ in range(3):
         check(compiler, g, inputs)
-    assert primitive_counts(exe) == (1, 0)
+    assert primitive_counts(exe) == made_and_rejected
+
+
+def test_a_tiny_image_runs_in_the_backward_weights_form_made_once(compiler) -> None:
+    """A forward convolution on a 2x2 image with a stride and uneven padding is tried first
+    as oneDNN's backward-weights form (its kernel outgrows its result). oneDNN used to
+    reject that form here (a negative right padding: the input's last column is unread);
+    the call now describes only the part the windows read, so the first form runs, and
+    later calls reuse the primitive. (Rejected problems are still cached as such; none of
+    the shapes tried here is rejected any more.)"""
+    run_tiny_strided_conv(compiler, made_and_rejected=(1, 0))
 
 
 def test_a_rejected_problem_is_cached_and_its_other_form_runs(tmp_path, monkeypatch) -> None:
@@ -307,22 +318,7 @@ def test_a_rejected_problem_is_cached_and_its_other_form_runs(tmp_path, monkeypa
 
     monkeypatch.setattr(toolchain, "FLAGS", (*toolchain.FLAGS, "-DDISC_DNNL_REJECT_KIND=1"))
     compiler = Compiler(CompileCache(tmp_path / "cache"), target="native")
-    b = GraphBuilder("rejected")
-    N, H, W = b.symbol("N"), b.symbol("H"), b.symbol("W")
-    x = b.input("x", "f32", [N, H, W, 3])
-    w = b.input("w", "f32", [3, 3, 3, 4])
-    y = b.convolution(x, w, window_strides=[1, 2], padding=[[1, 2], [2, 0]],
-                      rhs_dilation=[1, 1], feature_group_count=1, input_layout="NHWC",
-                      kernel_layout="HWIO", output_layout="NHWC", lhs_dilation=[1, 1],
-                      batch_group_count=1)
-    g = b.build(y)
-    inputs = [RNG.standard_normal((1, 2, 2, 3)).astype(np.float32),
-              RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)]
-    exe = check(compiler, g, inputs)
-    assert primitive_counts(exe) == (1, 1)
-    for _ in range(3):
-        check(compiler, g, inputs)
-    assert primitive_counts(exe) == (1, 1)
+    run_tiny_strided_conv(compiler, made_and_rejected=(1, 1))
 
 
 @pytest.mark.parametrize("nsp", [1, 3])
