@@ -109,3 +109,25 @@ def test_outputs_not_written_whole_in_the_kernel_layout_do_not_stream() -> None:
     y = b.concatenate(b.exp(x), b.neg(x), dimension=1)
     text = sources(b.build(y))
     assert "disc_stream_bytes(" not in text.split("#define disc_streams")[1]
+
+
+def test_the_last_level_cache_is_read_from_sysfs(tmp_path) -> None:
+    """The largest-level data or unified cache wins (instruction caches are skipped);
+    unreadable entries are ignored; nothing readable gives None (the prelude's default)."""
+    def cache(i: int, level: int, kind: str, size: str) -> None:
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+
+    read = toolchain.last_level_cache_bytes.__wrapped__
+    assert read(str(tmp_path)) is None
+    cache(0, 1, "Data", "32K")
+    cache(1, 1, "Instruction", "64K")
+    assert read(str(tmp_path)) == 32 << 10
+    cache(2, 2, "Unified", "512K")
+    cache(3, 3, "Unified", "8192K")
+    cache(4, 4, "Instruction", "64M")
+    (tmp_path / "index5").mkdir()  # no files: skipped
+    assert read(str(tmp_path)) == 8 << 20
