@@ -354,7 +354,7 @@ class KernelEmitter:
         """Lines at the top of a ``_part``: whether this call streams (the bytes it moves,
         counting the inputs it reads in its own layout and its outputs, against the
         last-level cache), and a chunk buffer per streamed output."""
-        names = sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
+        names = row_layout_inputs(body)
         sizes = {name: ctype(v.dtype) for v, name in self.params}
         per_elem = " + ".join([f"sizeof({sizes[n]})" for n in names]
                               + [f"sizeof({t})" for _, t in streamed])
@@ -389,7 +389,7 @@ class KernelEmitter:
         which does not cross the row boundary in time, catches up. Where the hardware
         prefetcher keeps up by itself (AMD Zen), the prelude's DISC_ROW_PREFETCH turns
         the lines off at compile time."""
-        names = sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
+        names = row_layout_inputs(body)
         return [f"    if (DISC_ROW_PREFETCH && r + {PREFETCH_ROWS} < hi) "
                 f"disc_prefetch_row({name} + (r + {PREFETCH_ROWS})*C, C);" for name in names]
 
@@ -970,6 +970,12 @@ def vector_speculation(k: Kernel) -> bool:
     boundaries, which need not be multiples); not tiled transposes, which have no row loop."""
     return (k.kind in ("row", "loop") and k.rank >= 1 and k.split_concat is None
             and not k.space[-1].is_const and transposed_innermost(k) is None)
+
+
+def row_layout_inputs(body: str) -> list[str]:
+    """Names of the inputs a row kernel's C ``body`` reads in the kernel's own layout
+    (``in<i>[r*C + c]``): the rows it prefetches and the bytes a streamed call counts."""
+    return sorted(set(re.findall(r"\b(in\d+)\[r\*C \+ c\]", body)))
 
 
 #: rows at least this long reduce through the prelude's helpers (four accumulators of up
