@@ -6,6 +6,8 @@ the reference interpreter around the chunk size, on unaligned rows and in every 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -16,9 +18,11 @@ from disc_core.passes import default_pipeline
 from disc_runtime import CompileCache
 
 RNG = np.random.default_rng(11)
-#: under the 64-column floor (never streamed), around the chunk of 1024, several chunks;
-#: odd lengths start most rows off a 32-byte boundary (the streaming head)
-COLUMNS = (7, 64, 65, 100, 1023, 1024, 1025, 2500)
+#: under the 64-column floor (never streamed); multiples of 16 (the vector width on AVX2
+#: and AVX-512, so the ``fast_vec`` version, the one with the streamed form) around the
+#: chunk of 1024 and over several chunks; and odd lengths, which take the plain remainder
+#: version on a symbolic width (and the streamed one on a static width)
+COLUMNS = (7, 64, 65, 1008, 1023, 1024, 1040, 2512)
 
 
 @pytest.fixture
@@ -99,6 +103,36 @@ def test_the_store_loop_streams_when_a_call_moves_more_than_the_cache(tiny_cache
     two = sources(two_outputs("f64"))
     assert "disc_stream_bytes(out1 + r*C + c0, stream1" in two
     assert ("sizeof(double) + sizeof(double) + sizeof(double) + sizeof(double)" in two), two
+
+
+def part_functions(text: str) -> dict[str, str]:
+    """Each kernel version's ``_part`` function in a module's C source, by name."""
+    parts = {}
+    for head in re.finditer(r"static void (kernel\d+_\w+)_part\(", text):
+        end = text.index("\n}\n", head.end())
+        parts[head.group(1)] = text[head.end():end]
+    return parts
+
+
+def test_only_the_version_large_contiguous_calls_take_has_the_streamed_form() -> None:
+    """A symbolic row width: the vector-multiple version streams, the remainder, short-row
+    and strided versions keep one plain loop. A static width: the ``fast`` version. The
+    streamed form writes through one loop (the element computation appears once)."""
+    b = GraphBuilder("implicit_broadcast")  # y's rows may be 1 at run time: speculative
+    R, M, H = b.symbol("R"), b.symbol("M"), b.symbol("H")
+    x, y = b.input("x", "f32", [R, H]), b.input("y", "f32", [M, H])
+    parts = part_functions(sources(b.build(b.add(x, b.broadcast_in_dim(
+        y, shape=[R, H], broadcast_dimensions=[0, 1])))))
+    ln = part_functions(sources(catalog.layernorm()))
+    static = part_functions(sources(catalog.layernorm(hidden=768)))
+    for p in (parts, ln):
+        assert {"kernel0_fast", "kernel0_fast_vec", "kernel0_fast_short"} <= set(p)
+        streamed = {name for name, body in p.items() if "disc_stream_bytes(" in body}
+        assert streamed == {"kernel0_fast_vec"}, streamed
+    assert "kernel0_strided" in parts
+    assert set(static) == {"kernel0_fast"} and "disc_stream_bytes(" in static["kernel0_fast"]
+    body = ln["kernel0_fast_vec"]
+    assert body.count("dst0[c - c0] = ") == 1 and "out0[r*C + c] = " not in body
 
 
 def test_outputs_not_written_whole_in_the_kernel_layout_do_not_stream() -> None:

@@ -313,11 +313,7 @@ class KernelEmitter:
         streamed = self.streamed_outputs(full, "\n".join(stores))
         if streamed:
             lines[1:1] = self.stream_setup(streamed, rows, "\n".join(lines + stores))
-            lines.append("    if (disc_stream) {")
-            lines += ["      " + s for s in self.streamed_loop(streamed, stores)]
-            lines.append("    } else {")
-            lines += ["      " + s for s in stores]
-            lines.append("    }")
+            lines += ["    " + s for s in self.streamed_loop(streamed, stores)]
         else:
             lines += ["    " + s for s in stores]
         lines += ["    " + s for s in advance]
@@ -336,11 +332,20 @@ class KernelEmitter:
         """(output index, C type) of the outputs a call moving more bytes than the
         last-level cache writes with streaming stores (prelude ``disc_streams``): every
         full-row output, when each is written whole, in the kernel's own layout, by one
-        loop over the row. Not for the short-row version (rows under 64 elements), split
-        concatenates (one loop per operand) or column-sum epilogues."""
+        loop over the row. Not for split concatenates (one loop per operand) or column-sum
+        epilogues.
+
+        Only the version that large contiguous calls take has the streamed form: the one
+        for rows of a vector multiple (``fast_vec``), or ``fast`` in a kernel without that
+        version. The short-row, remainder-row and strided versions keep their plain loop:
+        a streamed form in each version made the C compiler's time on elementwise-heavy
+        modules about 25% longer (it also kept gcc from merging the identical ``fast``
+        and ``fast_short`` versions), for calls that are rare above the cache size."""
         k = self.k
-        if (self.short or not full or k.split_concat is not None or k.column_epilogue
-                or k.kind not in ("row", "loop") or self.n < 1):
+        streaming_version = self.vec or not (self.short or self.strided
+                                             or vector_speculation(k))
+        if (not streaming_version or not full or k.split_concat is not None
+                or k.column_epilogue or k.kind not in ("row", "loop") or self.n < 1):
             return []
         out = []
         for j, o in full:
@@ -365,20 +370,25 @@ class KernelEmitter:
 
     @staticmethod
     def streamed_loop(streamed: list[tuple[int, str]], stores: list[str]) -> list[str]:
-        """The row's store loop in chunks of DISC_STREAM_CHUNK columns: each chunk into
-        the stack buffers (in L1), then streamed to the outputs."""
+        """The row's store loop in chunks of DISC_STREAM_CHUNK columns, each chunk written
+        through a destination pointer per output: the output row itself, or, in a call that
+        streams, the stack buffer (in L1) that is then streamed to the output. One loop
+        serves both, so the kernel's element computation is compiled once."""
         lines = ["for (int64_t c0 = 0; c0 < C; c0 += DISC_STREAM_CHUNK) {",
                  "  const int64_t c1 = C - c0 < DISC_STREAM_CHUNK ? C : c0 + DISC_STREAM_CHUNK;"]
+        for j, t in streamed:
+            lines.append(f"  {t} *restrict dst{j} = disc_stream ? stream{j} : out{j} + r*C + c0;")
         for s in stores:
             if s == "for (int64_t c = 0; c < C; ++c) {":
                 s = "for (int64_t c = c0; c < c1; ++c) {"
             for j, _ in streamed:
-                s = s.replace(f"  out{j}[r*C + c] = ", f"  stream{j}[c - c0] = ")
+                s = s.replace(f"  out{j}[r*C + c] = ", f"  dst{j}[c - c0] = ")
             lines.append("  " + s)
+        lines.append("  if (disc_stream) {")
         for j, t in streamed:
-            lines.append(f"  disc_stream_bytes(out{j} + r*C + c0, stream{j}, "
+            lines.append(f"    disc_stream_bytes(out{j} + r*C + c0, stream{j}, "
                          f"(size_t)(c1 - c0) * sizeof({t}));")
-        lines.append("}")
+        lines += ["  }", "}"]
         return lines
 
     def prefetch_rows(self, body: str) -> list[str]:

@@ -329,7 +329,8 @@ static inline int64_t disc_now_ns(void) {
 /* the compiler builtins rather than <immintrin.h>, whose parse with -march=native on an
    AVX-512 machine costs about 0.5 s per module */
 typedef long long disc_v4di __attribute__((vector_size(32)));
-static inline void disc_stream_bytes(void *dst, const void *src, size_t n) {
+/* out of line: one copy per module, called once per chunk of a row */
+static __attribute__((noinline)) void disc_stream_bytes(void *dst, const void *src, size_t n) {
   char *d = (char *)dst;
   const char *s = (const char *)src;
   size_t head = (size_t)(-(uintptr_t)d & 31);
