@@ -109,6 +109,26 @@ def test_concurrent_calls_all_count_and_failed_calls_do_not(exe) -> None:
         exe._run_fn.profiler.stop_profiling()
 
 
+def test_a_thread_follows_profiling_switched_off_and_on_between_its_calls(exe) -> None:
+    """The call path keeps the profile pointer its slot last gave the module: stopping
+    must clear it (the buffer is gone) and a new session must get the new buffer."""
+    inputs = _inputs(5, 3)
+    exe.start_profiling()
+    try:
+        exe.run(inputs)
+    finally:
+        exe._run_fn.profiler.stop_profiling()
+    for _ in range(3):
+        exe.run(inputs)  # not profiled: the freed buffer is not written
+    exe.start_profiling()
+    try:
+        for _ in range(2):
+            exe.run(inputs)
+        assert {p["calls"] for p in exe.profile()} == {2}
+    finally:
+        exe._run_fn.profiler.stop_profiling()
+
+
 def test_reference_engine_cannot_profile(tmp_path) -> None:
     exe = Compiler(CompileCache(tmp_path), target="reference").compile(_graph())
     assert not exe.can_profile and exe.profile() is None
