@@ -291,10 +291,13 @@ class KernelEmitter:
                 lines.append(f"    out{j}[{self.offset(o, k.maps[o], {})}] = "
                              f"{self.var[id(o)]};")
         epilogue = {id(op.results[0]): op for op in k.column_epilogue}
+        streamed = self.streamed_outputs(full)
         stores: list[str] = []  # the full-row loops, after the row's reductions
         for segment, lo, hi in self.inner_segments() if full else ():
             self.scope = set()
             self.segment = segment
+            if streamed:  # one chunk [c0, c1) of the row (streamed_chunks)
+                lo, hi = "c0", "c1"
             stores.append("#pragma omp simd")
             stores.append(f"for (int64_t c = {lo}; c < {hi}; ++c) {{")
             for j, o in full:
@@ -306,14 +309,15 @@ class KernelEmitter:
                     continue
                 body, var = self.compute_cone(o, done)
                 stores += ["  " + s for s in body]
-                stores.append(f"  out{j}[{self.offset(o, k.maps[o], {})}] = {var};")
+                target = (f"dst{j}[c - c0]" if streamed
+                          else f"out{j}[{self.offset(o, k.maps[o], {})}]")
+                stores.append(f"  {target} = {var};")
             stores.append("}")
             self.scope = set()
         self.segment = None
-        streamed = self.streamed_outputs(full, "\n".join(stores))
         if streamed:
             lines[1:1] = self.stream_setup(streamed, rows, "\n".join(lines + stores))
-            lines += ["    " + s for s in self.streamed_loop(streamed, stores)]
+            lines += ["    " + s for s in self.streamed_chunks(streamed, stores)]
         else:
             lines += ["    " + s for s in stores]
         lines += ["    " + s for s in advance]
@@ -327,8 +331,7 @@ class KernelEmitter:
             lines[head:head] = self.prefetch_rows("\n".join(lines[head:]))
         return "\n".join(lines) + "\n", self.dim(rows)
 
-    def streamed_outputs(self, full: list[tuple[int, Value]], stores: str
-                         ) -> list[tuple[int, str]]:
+    def streamed_outputs(self, full: list[tuple[int, Value]]) -> list[tuple[int, str]]:
         """(output index, C type) of the outputs a call moving more bytes than the
         last-level cache writes with streaming stores (prelude ``disc_streams``): every
         full-row output, when each is written whole, in the kernel's own layout, by one
@@ -349,7 +352,7 @@ class KernelEmitter:
             return []
         out = []
         for j, o in full:
-            if f"  out{j}[r*C + c] = " not in stores:
+            if self.offset(o, k.maps[o], {}) != "r*C + c":  # not in the kernel's layout
                 return []
             out.append((j, ctype(o.dtype)))
         return out
@@ -369,21 +372,17 @@ class KernelEmitter:
         return lines
 
     @staticmethod
-    def streamed_loop(streamed: list[tuple[int, str]], stores: list[str]) -> list[str]:
-        """The row's store loop in chunks of DISC_STREAM_CHUNK columns, each chunk written
-        through a destination pointer per output: the output row itself, or, in a call that
+    def streamed_chunks(streamed: list[tuple[int, str]], loop: list[str]) -> list[str]:
+        """The row's store ``loop`` (over one chunk [c0, c1), writing ``dst<j>[c - c0]``)
+        run over the row in chunks of DISC_STREAM_CHUNK columns. Each chunk writes through
+        a destination pointer per output: the output row itself, or, in a call that
         streams, the stack buffer (in L1) that is then streamed to the output. One loop
         serves both, so the kernel's element computation is compiled once."""
         lines = ["for (int64_t c0 = 0; c0 < C; c0 += DISC_STREAM_CHUNK) {",
                  "  const int64_t c1 = C - c0 < DISC_STREAM_CHUNK ? C : c0 + DISC_STREAM_CHUNK;"]
         for j, t in streamed:
             lines.append(f"  {t} *restrict dst{j} = disc_stream ? stream{j} : out{j} + r*C + c0;")
-        for s in stores:
-            if s == "for (int64_t c = 0; c < C; ++c) {":
-                s = "for (int64_t c = c0; c < c1; ++c) {"
-            for j, _ in streamed:
-                s = s.replace(f"  out{j}[r*C + c] = ", f"  dst{j}[c - c0] = ")
-            lines.append("  " + s)
+        lines += ["  " + s for s in loop]
         lines.append("  if (disc_stream) {")
         for j, t in streamed:
             lines.append(f"    disc_stream_bytes(out{j} + r*C + c0, stream{j}, "
