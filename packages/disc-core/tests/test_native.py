@@ -428,6 +428,9 @@ def test_hot_path_hands_every_odd_input_to_the_worded_slow_path(compiler) -> Non
     assert after["calls"] - before["calls"] == 2 + len(cases)
     assert after["input_errors"] - before["input_errors"] == len(cases)
     assert after["engine_errors"] == before["engine_errors"]
+    assert after["engine_seconds"] > before["engine_seconds"]  # the hot path's calls too
+    assert exe.stats.calls == after["calls"] and exe.stats.engine_seconds == after[
+        "engine_seconds"]
 
 def test_concurrent_calls(compiler) -> None:
     exe = compiler.compile(layernorm())

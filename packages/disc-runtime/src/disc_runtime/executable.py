@@ -53,9 +53,6 @@ class ExecutableStats:
 
     __slots__ = ("_cells", "_lock", "_local")
 
-    #: indices into a cell
-    CALLS, INPUT_ERRORS, ENGINE_ERRORS, SECONDS = range(4)
-
     def __init__(self) -> None:
         self._cells: list[list[float]] = []
         self._lock = threading.Lock()
@@ -74,25 +71,14 @@ class ExecutableStats:
         with self._lock:
             return sum(cell[index] for cell in self._cells)
 
-    @property
-    def calls(self) -> int:
-        """run() invocations, including rejected ones."""
-        return int(self._total(self.CALLS))
-
-    @property
-    def input_errors(self) -> int:
-        """Calls rejected before the engine ran (bad inputs)."""
-        return int(self._total(self.INPUT_ERRORS))
-
-    @property
-    def engine_errors(self) -> int:
-        """Calls where the engine raised or broke the protocol."""
-        return int(self._total(self.ENGINE_ERRORS))
-
-    @property
-    def engine_seconds(self) -> float:
-        """Total wall time spent inside the engine."""
-        return float(self._total(self.SECONDS))
+    calls = property(lambda self: int(self._total(0)),
+                     doc="run() invocations, including rejected ones.")
+    input_errors = property(lambda self: int(self._total(1)),
+                            doc="Calls rejected before the engine ran (bad inputs).")
+    engine_errors = property(lambda self: int(self._total(2)),
+                             doc="Calls where the engine raised or broke the protocol.")
+    engine_seconds = property(lambda self: float(self._total(3)),
+                              doc="Total wall time spent inside the engine.")
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
