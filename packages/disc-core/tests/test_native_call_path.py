@@ -120,3 +120,20 @@ def test_a_module_without_the_table_allocator_uses_callbacks(compiler):
     for _ in range(3):
         check(exe.run([x]), interpret(graph, [x]))
     assert module._plans is None
+
+
+def test_the_call_path_runs_on_cffis_public_from_buffer(compiler, monkeypatch):
+    """The hot path takes cffi's backend ``from_buffer`` (a private attribute) when it is
+    there; on a cffi without it the public call must serve: same results, strided inputs
+    still copied by the slow path, empty inputs still run."""
+    from disc_runtime import native
+
+    monkeypatch.setattr(native, "_from_buffer", native._public_from_buffer)
+    graph = catalog.layernorm_backward(hidden=768)
+    exe = compiler.compile(graph)
+    rng = np.random.default_rng(3)
+    for n in (4, 4, 0):
+        inputs = lnb_inputs(n, rng)
+        check(exe.run(inputs), interpret(graph, inputs))
+    strided = [a[::2] for a in lnb_inputs(6, rng)[:2]] + [lnb_inputs(1, rng)[2]]
+    check(exe.run(strided), interpret(graph, [np.ascontiguousarray(a) for a in strided]))

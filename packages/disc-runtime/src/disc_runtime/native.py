@@ -111,8 +111,15 @@ def launch_support_header() -> str:
 _ffi = cffi.FFI()
 _ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
-# ffi.from_buffer's backend call without its Python wrapper: (char[] type, array, writable)
-_from_buffer = _ffi._backend.from_buffer
+
+
+def _public_from_buffer(ctype: Any, obj: Any, require_writable: bool) -> Any:
+    return _ffi.from_buffer(ctype, obj, require_writable)
+
+
+# ffi.from_buffer's backend call without its Python wrapper: (char[] type, array,
+# writable), about 0.3 us less per pointer; the public call where a cffi lacks it
+_from_buffer = getattr(getattr(_ffi, "_backend", None), "from_buffer", _public_from_buffer)
 _BYTES = _ffi.typeof("char[]")
 _NDARRAY, _EMPTY = np.ndarray, np.empty  # module globals: one lookup less per call
 
