@@ -546,6 +546,7 @@ class NativeModule:
             outputs = self._call_planned(plan, ptrs, dims, allocate_output, None)
             if outputs is not None:
                 return outputs
+            self._plans = None  # output shapes depend on values: callbacks only
         return self._call(ptrs, dims, allocate_output, None)
 
     def _call(self, ptrs: list[Any], dims: list[int], allocate_output: Callable[..., Any] | None,
