@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 
@@ -187,6 +188,24 @@ def test_threads_share_one_executable(affine: Executable) -> None:
         th.join()
     assert errors == []
     assert affine.stats.calls == 400
+
+
+def test_stats_of_ended_threads_are_kept_without_a_cell_per_thread(affine: Executable) -> None:
+    """Each thread counts into its own cell; when the thread ends, the cell is folded into
+    the stats' base, so a thread per call (a server) leaves nothing behind per thread."""
+    def one_call() -> None:
+        affine(f32(2, 3), f32(2, 3))
+
+    for _ in range(20):
+        th = threading.Thread(target=one_call)
+        th.start()
+        th.join()
+    gc.collect()
+    snap = affine.stats.snapshot()
+    assert snap["calls"] == 20 and snap["engine_seconds"] > 0
+    assert affine.stats._cells == []  # every thread's cell was retired into the base
+    affine(f32(2, 3), f32(2, 3))  # this thread's own cell, next to the base
+    assert affine.stats.calls == 21 and len(affine.stats._cells) == 1
 
 
 def test_zero_inputs_and_static_signature(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import inspect
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,17 +44,26 @@ _now = time.perf_counter  # a module global: the per-call path reads the clock t
 AllocateOutput = Callable[[int, tuple[int, ...], str], Any]
 
 
+class _CellOwner:
+    """Kept in a thread's local storage: when the thread ends it goes, and its finalizer
+    folds the thread's counts into the stats' base (no cell left behind per thread)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class ExecutableStats:
     """Counters of one executable, read via :meth:`snapshot` or the properties.
 
     Each calling thread counts into a cell of its own (created once per thread, under a
     lock), so the per-call bookkeeping is a few list updates: a lock per call was about a
-    microsecond, a tenth of the per-call overhead budget on small tensors. A thread's
-    counts stay after it ends; a read sums the cells."""
+    microsecond, a tenth of the per-call overhead budget on small tensors. When a thread
+    ends its counts move into a base the reads add (a server making a thread per request
+    keeps no cell per thread); a read sums the base and the live cells."""
 
-    __slots__ = ("_cells", "_lock", "_local")
+    __slots__ = ("_base", "_cells", "_lock", "_local")
 
     def __init__(self) -> None:
+        self._base: list[float] = [0, 0, 0, 0.0]
         self._cells: list[list[float]] = []
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -62,14 +72,25 @@ class ExecutableStats:
         """This thread's cell: [calls, input_errors, engine_errors, engine_seconds]."""
         cell = getattr(self._local, "cell", None)
         if cell is None:
-            cell = self._local.cell = [0, 0, 0, 0.0]
+            cell, owner = [0, 0, 0, 0.0], _CellOwner()
             with self._lock:
                 self._cells.append(cell)
+            weakref.finalize(owner, self._retire, cell)
+            self._local.owner, self._local.cell = owner, cell
         return cell
+
+    def _retire(self, cell: list[float]) -> None:
+        with self._lock:
+            for i, live in enumerate(self._cells):
+                if live is cell:
+                    del self._cells[i]
+                    break
+            for i, value in enumerate(cell):
+                self._base[i] += value
 
     def _total(self, index: int) -> float:
         with self._lock:
-            return sum(cell[index] for cell in self._cells)
+            return self._base[index] + sum(cell[index] for cell in self._cells)
 
     calls = property(lambda self: int(self._total(0)),
                      doc="run() invocations, including rejected ones.")
@@ -82,7 +103,7 @@ class ExecutableStats:
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
-            cells = [list(cell) for cell in self._cells]
+            cells = [list(self._base)] + [list(cell) for cell in self._cells]
         totals = [sum(cell[i] for cell in cells) for i in range(4)]
         return {"calls": int(totals[0]), "input_errors": int(totals[1]),
                 "engine_errors": int(totals[2]), "engine_seconds": float(totals[3])}
@@ -238,10 +259,10 @@ class Executable:
                 pass  # the slow path below words the problem (or copies a strided input)
             except InputError:
                 self._raise_input_error(inputs)  # the signature's wording when it applies
-                self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
+                self.stats._count(engine_errors=1, seconds=_now() - start)
                 raise
             except BaseException:
-                self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
+                self.stats._count(engine_errors=1, seconds=_now() - start)
                 raise
             else:
                 try:
@@ -257,7 +278,7 @@ class Executable:
         except DiscRuntimeError:
             self.stats._count(input_errors=1)
             raise
-        start = time.perf_counter()
+        start = _now()
         try:
             if hook is not None and self._engine_takes_alloc:
                 raw = self._run_fn(arrays, allocate_output=self._wrap_hook(hook))
@@ -265,9 +286,9 @@ class Executable:
                 raw = self._run_fn(arrays)
             outputs = self._finish(raw, bindings)
         except BaseException:
-            self.stats._count(engine_errors=1, seconds=time.perf_counter() - start)
+            self.stats._count(engine_errors=1, seconds=_now() - start)
             raise
-        self.stats._count(seconds=time.perf_counter() - start)
+        self.stats._count(seconds=_now() - start)
         return outputs
 
     def _raise_input_error(self, inputs: Sequence[Any]) -> None:
