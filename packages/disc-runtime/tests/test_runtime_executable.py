@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +207,17 @@ def test_stats_of_ended_threads_are_kept_without_a_cell_per_thread(affine: Execu
     assert affine.stats._cells == []  # every thread's cell was retired into the base
     affine(f32(2, 3), f32(2, 3))  # this thread's own cell, next to the base
     assert affine.stats.calls == 21 and len(affine.stats._cells) == 1
+
+
+def test_stats_are_not_kept_alive_by_the_threads_that_counted(tmp_path: Path) -> None:
+    """An executable dropped after calls from this (long-lived) thread is freed whole:
+    the thread keeps no reference to its stats."""
+    exe = Executable.load(write_affine(tmp_path / "gone").directory)
+    exe(f32(2, 3), f32(2, 3))
+    stats = weakref.ref(exe.stats)
+    del exe
+    gc.collect()
+    assert stats() is None
 
 
 def test_zero_inputs_and_static_signature(tmp_path: Path) -> None:

@@ -45,10 +45,19 @@ AllocateOutput = Callable[[int, tuple[int, ...], str], Any]
 
 
 class _CellOwner:
-    """Kept in a thread's local storage: when the thread ends it goes, and its finalizer
-    folds the thread's counts into the stats' base (no cell left behind per thread)."""
+    """Kept in a thread's local storage next to its cell: when the thread ends it goes, and
+    folds the cell into the stats' base (no cell left behind per thread). It holds the
+    stats weakly, so stats that are gone are not kept alive by threads that called them."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("cell", "stats")
+
+    def __init__(self, stats: ExecutableStats, cell: list[float]) -> None:
+        self.stats, self.cell = weakref.ref(stats), cell
+
+    def __del__(self) -> None:
+        stats = self.stats()
+        if stats is not None:
+            stats._retire(self.cell)
 
 
 class ExecutableStats:
@@ -60,7 +69,7 @@ class ExecutableStats:
     ends its counts move into a base the reads add (a server making a thread per request
     keeps no cell per thread); a read sums the base and the live cells."""
 
-    __slots__ = ("_base", "_cells", "_lock", "_local")
+    __slots__ = ("__weakref__", "_base", "_cells", "_lock", "_local")
 
     def __init__(self) -> None:
         self._base: list[float] = [0, 0, 0, 0.0]
@@ -72,11 +81,10 @@ class ExecutableStats:
         """This thread's cell: [calls, input_errors, engine_errors, engine_seconds]."""
         cell = getattr(self._local, "cell", None)
         if cell is None:
-            cell, owner = [0, 0, 0, 0.0], _CellOwner()
+            cell = [0, 0, 0, 0.0]
             with self._lock:
                 self._cells.append(cell)
-            weakref.finalize(owner, self._retire, cell)
-            self._local.owner, self._local.cell = owner, cell
+            self._local.owner, self._local.cell = _CellOwner(self, cell), cell
         return cell
 
     def _retire(self, cell: list[float]) -> None:
