@@ -261,10 +261,14 @@ class KernelContext(Protocol):
 class LibraryCode:
     """A ``Fusion.LIBRARY`` op's own step (``OpDef.library_call``): the host's C lines
     that run it, and the C helper functions they call, by name (each included once per
-    module however many steps call it)."""
+    module however many steps call it). ``linked``: the helpers declare their entry
+    points with ``DISC_HELPER_ENTRY`` and hide their bodies under
+    ``DISC_HELPER_DECLARE_ONLY`` (``csrc/prelude.h``), so each is compiled once into an
+    object that modules link (``native/helper_objects.py``) rather than into every module."""
 
     lines: list[str]
     helpers: dict[str, str]
+    linked: bool = False
 
 
 @dataclass(frozen=True)

@@ -98,4 +98,4 @@ def emit_attention(op: Op, shapes: Sequence[tuple[Expr, ...]], ptr: Callable[[Va
           f"    if (rc == 1) DISC_FAIL(\"no BLAS {blas} was provided to this module\");",
           f"    if (rc) DISC_FAIL(\"out of memory for {op.name}'s block buffers\");",
           "  }"]
-    return LibraryCode(L, {f"attention_{dt.short}": attention_helper(dt)})
+    return LibraryCode(L, {f"attention_{dt.short}": attention_helper(dt)}, linked=True)

@@ -27,6 +27,7 @@ from .emit import ModuleInfo, emit_module
 from .fusion import FusionPlan, NativeUnsupported, plan_fusion
 from .gemm_epilogue import fuse_gemm_epilogues
 from .gemm_prologue import fuse_gemm_prologues
+from .helper_objects import HelperObjects
 from .lower import backend_lowering
 from .toolchain import (
     CompilerNotFound,
@@ -134,7 +135,23 @@ def compile_native(info: ModuleInfo, directory: Path, *, vector_report: bool = F
     if compiling is not None:
         compiling()
     so = Path(directory) / "module.so"
-    cc_seconds, report = tc.compile(info.sources, so, vector_report=vector_report)
+    with tempfile.TemporaryDirectory(prefix="disc-helpers-") as tmp, \
+            HelperObjects(tc, info.helper_units, Path(tmp)) as helpers:
+        try:
+            cc_seconds, report = tc.compile(info.sources, so, vector_report=vector_report,
+                                            objects=helpers.paths,
+                                            object_units=helpers.missing)
+        except RuntimeError:
+            if not helpers.cached:
+                raise
+            # a kept object that no longer links (another compiler's, a damaged file that
+            # still matched its checksum): build this module's helpers afresh, once
+            helpers.forget()
+            cc_seconds, report = tc.compile(
+                info.sources, so, vector_report=vector_report, objects=helpers.paths,
+                object_units=list(zip(info.helper_units, helpers.paths)))
+            helpers.cached = []
+        helpers.keep()
     return CompiledModule(so, cc_seconds, tc.version, report)
 
 
@@ -145,7 +162,7 @@ def native_build(info: ModuleInfo, plan: FusionPlan, module: CompiledModule, dat
     meta = {
         "abi": ABI_VERSION, "counters": info.counters, "kernels": info.kernels,
         "profile": info.profile,
-        "units": len(info.sources),
+        "units": len(info.sources), "helper_units": len(info.helper_units),
         "fusion": plan.summary(), "needs_blas": info.needs_blas,
         "cc_seconds": round(module.cc_seconds, 4), "build_seconds": round(seconds, 4),
         "compiler": module.compiler,
@@ -154,6 +171,8 @@ def native_build(info: ModuleInfo, plan: FusionPlan, module: CompiledModule, dat
         meta["vector_report"] = module.vector_report
     sources = {f"native/module{'.' + str(i) if i else ''}.c": text.encode()
                for i, text in enumerate(info.sources)}
+    sources.update({f"native/helper{i}.c": text.encode()
+                    for i, text in enumerate(info.helper_units)})
     return NativeBuild({MODULE_FILE: data, **sources}, meta)
 
 

@@ -37,8 +37,13 @@ class ModuleInfo:
     profile: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     gemm_dtypes: set[DType] = field(default_factory=set)  # dtypes of its GEMM calls
-    #: C helpers of library calls other than GEMMs (``OpDef.library_call``), by name
+    #: C helpers of library calls other than GEMMs (``OpDef.library_call``), by name:
+    #: compiled into the module, or (``linked_helpers``) into objects of their own
     helpers: dict[str, str] = field(default_factory=dict)
+    linked_helpers: dict[str, str] = field(default_factory=dict)
+    #: the library helpers (GEMM, attention) as units of their own, each compiled once
+    #: into an object every module that calls it links (``native/helper_objects.py``)
+    helper_units: list[str] = field(default_factory=list)
 
 
 class Symbols:

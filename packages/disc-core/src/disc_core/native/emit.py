@@ -49,6 +49,11 @@ __all__ = ["PAR_MIN", "PRELUDE", "SPLIT_MIN_CHARS", "TRANSPOSE_TILE", "ModuleInf
 PRELUDE = "#include <stdint.h>\n" + ABI_TYPES + "\n" + c_source("prelude.h")
 
 
+#: what a unit that links the helpers' prebuilt objects starts with (``helper_objects``):
+#: helper entry points are hidden symbols shared across the module's objects
+HELPER_HEAD = "#define DISC_HELPERS_LINKED 1\n" + PRELUDE
+
+
 #: kernel source (characters) per translation unit below which a module is not split: a
 #: unit costs ~0.05 s of compiler start-up and prelude, the link ~0.05 s
 SPLIT_MIN_CHARS = 24_000
@@ -72,22 +77,27 @@ def emit_module(graph: Graph, plan: FusionPlan, max_units: int = 1) -> ModuleInf
         kernel_src[-1] += rows_src
         prototypes += rows_protos
     host = emit_host(graph, plan, syms, consts, info)
-    helpers = [gemm_helper(dt) for dt in sorted(info.gemm_dtypes, key=lambda d: d.name)]
-    helpers += [info.helpers[name] for name in sorted(info.helpers)]
+    linked = [gemm_helper(dt) for dt in sorted(info.gemm_dtypes, key=lambda d: d.name)]
+    linked += [info.linked_helpers[name] for name in sorted(info.linked_helpers)]
+    info.helper_units = [HELPER_HEAD + helper for helper in linked]
+    helpers = [info.helpers[name] for name in sorted(info.helpers)]
+    if linked:  # the module's unit sees their types and prototypes, the objects are linked
+        helpers += ["#define DISC_HELPER_DECLARE_ONLY", *linked,
+                    "#undef DISC_HELPER_DECLARE_ONLY"]
     total = sum(map(len, kernel_src))
     units = max(1, min(max_units, total // SPLIT_MIN_CHARS))
     shares = [kernel_src]
-    head = PRELUDE
+    head = HELPER_HEAD if info.helper_units else PRELUDE
     if units > 1:
         # largest kernels first, each into the lightest unit; the host's unit starts with
         # the weight of what it holds besides kernels, and declares the others' entries
         shares = [[] for _ in range(units)]
-        weight = [len(host) + sum(map(len, helpers))] + [0] * (units - 1)
+        weight = [len(host) + sum(map(len, info.helpers.values()))] + [0] * (units - 1)
         for src in sorted(kernel_src, key=len, reverse=True):
             u = weight.index(min(weight))
             shares[u].append(src)
             weight[u] += len(src)
-        head = '#define DISC_ENTRY __attribute__((visibility("hidden")))\n' + PRELUDE
+        head = '#define DISC_ENTRY __attribute__((visibility("hidden")))\n' + head
     declared = prototypes if units > 1 else []
     info.sources = [
         "\n".join([head, consts.source(), *shares[0], *declared, *helpers, host]),

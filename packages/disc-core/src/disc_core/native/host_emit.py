@@ -342,7 +342,7 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
             own = s.op.opdef.library_call(s.op, ptr, syms)
             if own is not None:  # an op with its own library code (fused attention)
                 L.extend(own.lines)
-                info.helpers.update(own.helpers)
+                (info.linked_helpers if own.linked else info.helpers).update(own.helpers)
             else:
                 pre: list[str] = []
                 epi = pro = None

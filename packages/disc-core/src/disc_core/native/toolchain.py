@@ -59,16 +59,21 @@ class Toolchain:
         return f"native-{platform.machine()}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
 
     def compile(self, sources: str | Sequence[str], out: Path, *,
-                vector_report: bool = False) -> tuple[float, str]:
-        """Build the translation unit(s) ``sources`` into the shared object ``out``;
-        returns (seconds, report). Several units compile in parallel, one compiler process
-        each, and are linked together."""
+                vector_report: bool = False, objects: Sequence[Path] = (),
+                object_units: Sequence[tuple[str, Path]] = ()) -> tuple[float, str]:
+        """Build the translation unit(s) ``sources`` into the shared object ``out``, linked
+        with the prebuilt ``objects``; returns (seconds, report). ``object_units`` (unit
+        text, object path) are compiled to their paths first, for the caller to keep: they
+        must be among ``objects``. Units compile in parallel, one compiler process each,
+        and are linked together."""
         units = [sources] if isinstance(sources, str) else list(sources)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with _JOBS, _counting(len(units)):
-            return self._compile(units, out, vector_report)
+        with _JOBS, _counting(len(units) + len(object_units)):
+            return self._compile(units, out, vector_report, list(objects),
+                                 list(object_units))
 
-    def _compile(self, units: list[str], out: Path, vector_report: bool
+    def _compile(self, units: list[str], out: Path, vector_report: bool,
+                 objects: list[Path], object_units: list[tuple[str, Path]]
                  ) -> tuple[float, str]:
         report = ["-fopt-info-vec-optimized"] if vector_report else []
         t0 = time.perf_counter()
@@ -76,22 +81,27 @@ class Toolchain:
             paths = [Path(tmp) / f"module{i}.c" for i in range(len(units))]
             for path, text in zip(paths, units):
                 path.write_text(text)
-            if len(units) == 1:
-                stderr = _run([self.cc, *report, *self.flags, str(paths[0]), "-o", str(out),
-                               *self.libs], self.cc)
+            if len(units) == 1 and not object_units:
+                stderr = _run([self.cc, *report, *self.flags, str(paths[0]), *map(str, objects),
+                               "-o", str(out), *self.libs], self.cc)
             else:
-                objs = [p.with_suffix(".o") for p in paths]
-                procs = [subprocess.Popen([self.cc, *report, *self.flags, "-c", str(src),
-                                           "-o", str(obj)],
+                jobs = [([*report, str(src)], src.with_suffix(".o")) for src in paths]
+                for i, (text, obj) in enumerate(object_units):
+                    src = Path(tmp) / f"object{i}.c"
+                    src.write_text(text)
+                    jobs.append(([str(src)], obj))
+                procs = [subprocess.Popen([self.cc, *self.flags, *args, "-c", "-o", str(obj)],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                           text=True)
-                         for src, obj in zip(paths, objs)]
+                         for args, obj in jobs]
                 errs = [p.communicate()[1] for p in procs]
                 for p, err in zip(procs, errs):
                     if p.returncode != 0:
                         raise RuntimeError(f"C compiler failed ({self.cc}):\n{err[-4000:]}")
-                stderr = "".join(errs) + _run(
-                    [self.cc, *self.flags, *map(str, objs), "-o", str(out), *self.libs], self.cc)
+                module_objs = [obj for _, obj in jobs[:len(units)]]
+                stderr = "".join(errs[:len(units)]) + _run(
+                    [self.cc, *self.flags, *map(str, module_objs), *map(str, objects), "-o",
+                     str(out), *self.libs], self.cc)
         return time.perf_counter() - t0, stderr
 
 

@@ -104,9 +104,26 @@ static inline int64_t disc_attn_base(int64_t bh, int64_t H, int64_t rows, int64_
 static inline int64_t disc_attn_ld(int64_t H, int64_t cols, int seq_major) {
   return seq_major ? H * cols : cols;
 }
+/* the entry points' parameters, shared by their prototypes and definitions */
+#define ATT_FWD_PARAMS (                                                                  \
+    const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,       \
+    const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *Msk, int64_t nb,         \
+    const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H,        \
+    int seqmaj, ATT_T scale, int causal, int empty_nan, ATT_T *O, ATT_T *LSE)
+#define ATT_BWD_PARAMS (                                                                  \
+    const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,       \
+    const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *O, const ATT_T *dO,      \
+    const ATT_T *LSE, const ATT_T *Msk, int64_t nb, const int64_t *bdims,                 \
+    const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H, int seqmaj, ATT_T scale,     \
+    int causal, ATT_T *dQ, ATT_T *dK, ATT_T *dV)
 #endif
 
 #define ATT_T DISC_ATTN_T
+/* the entry points the host calls: each returns 1 without a BLAS, 2 when a thread's buffers
+   cannot be allocated */
+DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX) ATT_FWD_PARAMS;
+DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PARAMS;
+#ifndef DISC_HELPER_DECLARE_ONLY
 #define ATT_GEMM ATT_CAT(disc_attn_gemm, DISC_ATTN_SFX)
 
 /* row-major C = alpha op(A) op(B) + beta C, one BLAS thread (the caller's team member) */
@@ -169,12 +186,7 @@ static __attribute__((noinline)) void ATT_CAT(disc_attn_rowdot, DISC_ATTN_SFX)(
   }
 }
 
-/* Returns 1 without a BLAS, 2 when a thread's buffers cannot be allocated. */
-static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX)(
-    const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
-    const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *Msk, int64_t nb,
-    const int64_t *bdims, const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H,
-    int seqmaj, ATT_T scale, int causal, int empty_nan, ATT_T *O, ATT_T *LSE) {
+DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX) ATT_FWD_PARAMS {
   if (!env->DISC_ATTN_BLAS
 #if DISC_ATTN_ROWMAJOR
       && !env->sgemm_rowmajor
@@ -367,12 +379,7 @@ static inline ATT_WIDE void ATT_CAT(disc_attn_bwd_keys, DISC_ATTN_SFX)(
   }
 }
 
-static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX)(
-    const disc_env *env, int64_t BH, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv,
-    const ATT_T *Q, const ATT_T *K, const ATT_T *V, const ATT_T *O, const ATT_T *dO,
-    const ATT_T *LSE, const ATT_T *Msk, int64_t nb, const int64_t *bdims,
-    const int64_t *mbs, int64_t mrs, int64_t mcs, int64_t H, int seqmaj, ATT_T scale,
-    int causal, ATT_T *dQ, ATT_T *dK, ATT_T *dV) {
+DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PARAMS {
   if (!env->DISC_ATTN_BLAS
 #if DISC_ATTN_ROWMAJOR
       && !env->sgemm_rowmajor
@@ -498,5 +505,6 @@ static __attribute__((noinline)) ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_S
   return failed ? 2 : 0;
 }
 
-#undef ATT_T
 #undef ATT_GEMM
+#endif
+#undef ATT_T

@@ -33,10 +33,24 @@
    (pro_q kernel rows per rhs row), multiplied at once and, with an epilogue, each row of
    the block handed to it (blocks are whole epilogue rows: a multiple of N / epi_q). Where
    the plain GEMM would split K (a small C over a long K), the rhs is made whole first. */
-#ifndef DISC_GEMM_EPILOGUE_DEFINED
-#define DISC_GEMM_EPILOGUE_DEFINED
+#ifndef DISC_GEMM_TYPES_DEFINED
+#define DISC_GEMM_TYPES_DEFINED
 /* a fused kernel's rows [lo, hi), its tensors in epi_args (native/gemm_epilogue.py) */
 typedef void (*disc_epi_fn)(void *const *, const int64_t *, int64_t, int64_t);
+/* a prologue's rhs (or lhs) rows [lo, hi) into buf (native/gemm_prologue.py) */
+typedef void (*disc_pro_fn)(void *const *, const int64_t *, int64_t, int64_t, void *);
+/* the helper's parameters, shared by its prototype and its definition */
+#define DISC_GEMM_PARAMS (const disc_env *env, int ta, int tb,                              \
+    int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,                 \
+    const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,                                            \
+    DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,             \
+    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q, \
+    int pro_lhs)
+#endif
+DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS;
+#ifndef DISC_HELPER_DECLARE_ONLY
+#ifndef DISC_GEMM_EPILOGUE_DEFINED
+#define DISC_GEMM_EPILOGUE_DEFINED
 /* rows of C per epilogue block: about this many bytes (a share of L2), but at least
    DISC_GEMM_EPI_MIN_ROWS rows (every block call packs B again) */
 #define DISC_GEMM_EPI_BLOCK_BYTES (1 << 20)
@@ -45,7 +59,6 @@ typedef void (*disc_epi_fn)(void *const *, const int64_t *, int64_t, int64_t);
 #define DISC_GEMM_EPI_PAR_MIN 32768
 /* a prologue's rhs block: about this many bytes per thread */
 #define DISC_GEMM_PRO_BLOCK_BYTES (256 << 10)
-typedef void (*disc_pro_fn)(void *const *, const int64_t *, int64_t, int64_t, void *);
 /* blocks of C's M rows (in each of B batches) of at most cap rows, their count raised so
    the B * blocks tasks split evenly over nt members: 612 rows in 256-row blocks are three
    tasks, two members do 256 + 100 and 256, the GEMM takes 356 rows' time instead of 306 */
@@ -66,12 +79,7 @@ static void disc_gemm_epi_after(disc_epi_fn epi, void *const *args, const int64_
   for (int64_t b = 0; b < blocks; ++b) epi(args, S, rows * b / blocks, rows * (b + 1) / blocks);
 }
 #endif
-static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta, int tb,
-    int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,
-    const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,
-    DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,
-    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q,
-    int pro_lhs) {
+DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
   if (!env->DISC_GEMM_BLAS) return 1;
   /* batch strides: 0 for an operand every batch shares */
   const int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N;
@@ -299,3 +307,4 @@ static __attribute__((noinline)) int DISC_GEMM_NAME(const disc_env *env, int ta,
   if (env->blas_threads_local) env->blas_threads_local(prev);
   return 0;
 }
+#endif

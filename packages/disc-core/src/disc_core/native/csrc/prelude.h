@@ -298,6 +298,16 @@ static inline int64_t disc_now_ns(void) {
 #ifndef DISC_ENTRY
 #define DISC_ENTRY static
 #endif
+/* entry points of the library helpers (gemm.c, attention.c): file-local where a helper is
+   compiled into the module's own unit; hidden symbols where the helpers are prebuilt
+   objects linked into the module (DISC_HELPERS_LINKED, native/helper_objects.py). The
+   module's unit then includes each helper with DISC_HELPER_DECLARE_ONLY: its types and
+   entry prototypes, no bodies. */
+#ifdef DISC_HELPERS_LINKED
+#define DISC_HELPER_ENTRY __attribute__((visibility("hidden"), noinline))
+#else
+#define DISC_HELPER_ENTRY static __attribute__((noinline))
+#endif
 /* a kernel's _part function (its rows or chunks [lo, hi)) is never inlined into its entry:
    inlined into the OpenMP-outlined loop of the parallel path, its pointers come from the
    shared-data struct without restrict, and gcc left the inner loop scalar ("complicated
