@@ -84,6 +84,13 @@ FLOAT_CASES = [
          (F32, F64)),
     Case("div_trunc", lambda a, b: torch.div(a, b.abs() + 1, rounding_mode="trunc"), x2,
          (F32, I64)),
+    # integer floor division: divisors and dividends of both signs, exact and inexact
+    Case("div_floor_signed", lambda a, b: torch.div(a, torch.where(b == 0, -3, b),
+                                                    rounding_mode="floor") * 2, x2,
+         (I64, I32, F32)),
+    # a comparison with a size known at run time (a symbolic scalar operand)
+    Case("compare_size", lambda a: (a * 4 < a.shape[0]).to(a.dtype) + (a > a.shape[1] - 5),
+         x1, (F32, I64)),
     Case("remainder", lambda a, b: torch.remainder(a, b.abs() + 1), x2, (F32,)),
     Case("fmod", lambda a, b: torch.fmod(a, b.abs() + 1), x2, (F32,)),
     Case("neg_abs_sign", lambda a: -a.abs() + a.sign(), x1, (F32, I64), grad=False),
@@ -298,6 +305,13 @@ NN_CASES = [
          lambda r, c, dt, g: (torch.rand(2, 2, r + 1, c + 2, 3, generator=g,
                                          dtype=F64).to(dt),),
          grad=True, strict_backward=True, sizes=[(3, 5), (1, 7), (6, 2)]),
+    # windows that tile the input (floor mode leaves rows and columns no window covers)
+    Case("max_pool_tiles", lambda x: F.max_pool2d(x, 2) * 1,
+         lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True, strict_backward=True,
+         sizes=[(3, 5), (1, 7), (6, 9), (0, 0)]),
+    Case("max_pool_tiles_rect", lambda x: F.max_pool2d(x, (3, 2)) * 1,
+         lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True, strict_backward=True,
+         sizes=[(3, 5), (1, 7), (6, 9), (0, 2)]),
     Case("max_pool", lambda x: F.max_pool2d(x, 3, stride=2, padding=1) * 1,
          lambda r, c, dt, g: _conv_inputs(r, c, dt, g), grad=True,
          sizes=[(3, 5), (1, 7), (6, 9)]),
@@ -491,4 +505,5 @@ def test_max_pool_indices_follow_torch_on_ties_and_nans(dims):
             torch.testing.assert_close(got, want, equal_nan=True)
             assert torch.equal(got_idx, want_idx), (shape, dtype, got_idx, want_idx)
     assert not fallbacks("aten.max_pool"), fallbacks("aten.max_pool")
+
 

@@ -24,7 +24,12 @@ def _proxy(arg: Any) -> Any:
         m = meta_of(arg)
         if isinstance(m, torch.Tensor):
             return torch.empty((0,) if m.dim() else (), dtype=m.dtype)
-        raise ConversionError(f"{arg.name} is a symbolic scalar, not a tensor")
+        # a size computed at run time (``x < t.shape[2]``): it promotes like a Python number
+        for kind, sample in ((torch.SymBool, False), (torch.SymInt, 0), (torch.SymFloat, 0.0),
+                             (bool, False), (int, 0), (float, 0.0)):
+            if isinstance(m, kind):
+                return sample
+        raise ConversionError(f"{arg.name} is not a tensor or a number")
     return arg
 
 
@@ -141,9 +146,19 @@ def div_mode(ctx, node):
     mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
     x, y = ctx.operand(node.args[0], dt, shape), ctx.operand(node.args[1], dt, shape)
     if not dt.is_float:
-        if mode == "trunc":
-            return ctx.op("div", x, y)  # C integer division truncates
-        raise ConversionError(f"integer division with rounding_mode={mode!r}")
+        if mode not in ("trunc", "floor"):
+            raise ConversionError(f"integer division with rounding_mode={mode!r}")
+        q = ctx.op("div", x, y)  # C integer division truncates
+        if mode == "trunc" or not dt.is_signed:
+            return q
+        # floor: one less where the division was inexact and the signs differ (the
+        # remainder, which takes the dividend's sign, then differs in sign from y)
+        zero = ctx.full(0, dt, shape)
+        r = ctx.op("rem", x, y)
+        inexact = ctx.op("compare", r, zero, direction="ne")
+        signs = ctx.op("xor", ctx.op("compare", r, zero, direction="lt"),
+                       ctx.op("compare", y, zero, direction="lt"))
+        return ctx.op("sub", q, ctx.cast(ctx.op("and", inexact, signs), dt))
     q = ctx.op("div", x, y)
     if mode is None:
         return q
