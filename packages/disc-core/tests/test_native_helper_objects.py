@@ -45,9 +45,15 @@ def builds(monkeypatch, tmp_path):
     seen: list[int] = []
     real = Toolchain._compile
 
-    def counting(self, units, out, vector_report, objects, object_units):
+    def counting(self, units, out, vector_report, objects, object_units, before_link=None):
+        def late():
+            more = before_link()
+            seen[-1] += len(more)
+            return more
+
         seen.append(len(object_units))
-        return real(self, units, out, vector_report, objects, object_units)
+        return real(self, units, out, vector_report, objects, object_units,
+                    late if before_link else None)
 
     monkeypatch.setattr(Toolchain, "_compile", counting)
     return seen
@@ -170,3 +176,27 @@ def test_the_key_follows_the_compiler_and_the_source():
     assert key == helper_objects.object_key(tc, unit)
     assert key != helper_objects.object_key(other, unit)
     assert key != helper_objects.object_key(tc, unit.replace("1", "2"))
+
+
+def test_a_helper_another_build_failed_to_make_is_compiled_before_the_link(tmp_path, builds):
+    """A build that finds its helper being compiled by another compiles its own unit
+    meanwhile and waits only to link; if the other build ends without the object (it
+    failed), this one compiles the helper itself."""
+    from disc_core.dtypes import DType
+    from disc_core.native.emit import HELPER_HEAD
+    from disc_core.native.library import gemm_helper
+
+    graph = _gemm_graph("late")
+    key = helper_objects.object_key(find_toolchain(), HELPER_HEAD + gemm_helper(DType.F32))
+    lock = helper_objects._unit_lock(key)
+    lock.acquire()  # as another build compiling it would
+    done: dict = {}
+    worker = threading.Thread(target=lambda: done.update(exe=_compile(tmp_path, graph, "a")))
+    worker.start()
+    while not builds:  # the build started, with the helper pending
+        worker.join(0.01)
+    lock.release()  # the other build ends without keeping an object
+    worker.join()
+    assert builds == [1]  # none at the start; compiled late, before the link
+    _check_gemm(done["exe"], graph)
+    assert len(_records(tmp_path)) == 1

@@ -138,9 +138,10 @@ def compile_native(info: ModuleInfo, directory: Path, *, vector_report: bool = F
     with tempfile.TemporaryDirectory(prefix="disc-helpers-") as tmp, \
             HelperObjects(tc, info.helper_units, Path(tmp)) as helpers:
         try:
-            cc_seconds, report = tc.compile(info.sources, so, vector_report=vector_report,
-                                            objects=helpers.paths,
-                                            object_units=helpers.missing)
+            cc_seconds, report = tc.compile(
+                info.sources, so, vector_report=vector_report, objects=helpers.paths,
+                object_units=helpers.missing,
+                before_link=helpers.before_link if info.helper_units else None)
         except RuntimeError:
             if not helpers.cached:
                 raise

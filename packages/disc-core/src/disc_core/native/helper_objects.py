@@ -45,50 +45,67 @@ def object_key(tc: Toolchain, unit: str) -> str:
 class HelperObjects:
     """The objects of a module's helper units, written into its build directory.
 
-    ``paths`` are ready to link once the units listed in ``missing`` (unit text and the
-    path its object must be compiled to) are compiled; :meth:`keep` then stores those in
-    memory and on disk. A unit another thread of this process is building is waited for
-    rather than built twice: this build holds the lock of each unit it builds until
-    :meth:`release` (use it as a context manager). :meth:`forget` drops every object this
-    build read from a cache, for a link that failed on one of them."""
+    Each unit's object is found in memory or on disk (``cached``), or this build compiles
+    it (``missing``: unit text and the path to compile it to, its lock held so that other
+    builds of this process wait for it rather than compile it too), or another build is
+    compiling it now (``pending``). The compiler runs this build's own units and the
+    missing ones in parallel, then calls :meth:`before_link`, which keeps what this build
+    compiled (releasing its locks), waits for the pending objects and returns any it must
+    compile after all (their builder failed). A module waiting for another's helper so
+    still compiles its own unit meanwhile. :meth:`forget` drops every object this build
+    read from a cache, for a link that failed on one of them. Use it as a context manager:
+    locks still held at the end are released."""
 
     def __init__(self, tc: Toolchain, units: list[str], directory: Path) -> None:
         self.keys = [object_key(tc, unit) for unit in units]
         self.paths = [Path(directory) / f"helper{i}.o" for i in range(len(units))]
+        self.units = list(units)
         self.missing: list[tuple[str, Path]] = []
         self.cached: list[str] = []
+        self._pending: list[int] = []
         self._held: list[threading.Lock] = []
-        for key, unit, path in zip(self.keys, units, self.paths):
-            data = self._find(key)
-            if data is None:
-                self.missing.append((unit, path))
-            else:
-                path.write_bytes(data)
-                self.cached.append(key)
-
-    def _find(self, key: str) -> bytes | None:
-        """The object of ``key`` from memory or disk; None with its lock held (this build
-        compiles it) when neither has it."""
-        lock = _unit_lock(key)
-        while True:
+        for i, key in enumerate(self.keys):
             data = _MEMORY.get(key)
             if data is None:
                 data = _read(_disk_path(key))
             if data is not None:
-                return data
+                self.paths[i].write_bytes(data)
+                self.cached.append(key)
+                continue
+            lock = _unit_lock(key)
             if lock.acquire(blocking=False):
                 self._held.append(lock)
-                return None
-            with lock:  # another thread is building it: wait, then look again
-                pass
+                self.missing.append((units[i], self.paths[i]))
+            else:
+                self._pending.append(i)
+
+    def before_link(self) -> list[tuple[str, Path]]:
+        """Keep the objects compiled so far, then wait for the pending ones; the units of
+        those still missing (another build failed on them), to compile now."""
+        self.keep()
+        self.release()
+        late: list[tuple[str, Path]] = []
+        for i in self._pending:
+            key = self.keys[i]
+            with _unit_lock(key):  # released when its builder has kept it, or failed
+                data = _MEMORY.get(key)
+            if data is None:
+                late.append((self.units[i], self.paths[i]))
+            else:
+                self.paths[i].write_bytes(data)
+                self.cached.append(key)
+        self._pending = []
+        return late
 
     def keep(self) -> None:
         """Store the objects this build compiled, in memory and on disk."""
-        for key, path in zip(self.keys, self.paths):
-            if key not in self.cached:
-                data = path.read_bytes()
-                _MEMORY[key] = data
-                _write(_disk_path(key), data)
+        for i, key in enumerate(self.keys):
+            if key not in self.cached and i not in self._pending and key not in _MEMORY:
+                path = self.paths[i]
+                if path.exists():
+                    data = path.read_bytes()
+                    _MEMORY[key] = data
+                    _write(_disk_path(key), data)
 
     def forget(self) -> None:
         """Drop the objects this build read from memory or disk (a link failed)."""

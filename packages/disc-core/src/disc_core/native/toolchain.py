@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,20 +60,24 @@ class Toolchain:
 
     def compile(self, sources: str | Sequence[str], out: Path, *,
                 vector_report: bool = False, objects: Sequence[Path] = (),
-                object_units: Sequence[tuple[str, Path]] = ()) -> tuple[float, str]:
+                object_units: Sequence[tuple[str, Path]] = (),
+                before_link: Callable[[], list[tuple[str, Path]]] | None = None
+                ) -> tuple[float, str]:
         """Build the translation unit(s) ``sources`` into the shared object ``out``, linked
-        with the prebuilt ``objects``; returns (seconds, report). ``object_units`` (unit
-        text, object path) are compiled to their paths first, for the caller to keep: they
-        must be among ``objects``. Units compile in parallel, one compiler process each,
-        and are linked together."""
+        with the objects ``objects``; returns (seconds, report). ``object_units`` (unit
+        text, object path) are compiled to their paths along with the sources, for the
+        caller to keep; ``before_link()``, called when those are compiled, returns more of
+        them to compile before the link (all must be among ``objects``). Units compile in
+        parallel, one compiler process each, and are linked together."""
         units = [sources] if isinstance(sources, str) else list(sources)
         out.parent.mkdir(parents=True, exist_ok=True)
         with _JOBS, _counting(len(units) + len(object_units)):
             return self._compile(units, out, vector_report, list(objects),
-                                 list(object_units))
+                                 list(object_units), before_link)
 
     def _compile(self, units: list[str], out: Path, vector_report: bool,
-                 objects: list[Path], object_units: list[tuple[str, Path]]
+                 objects: list[Path], object_units: list[tuple[str, Path]],
+                 before_link: Callable[[], list[tuple[str, Path]]] | None = None
                  ) -> tuple[float, str]:
         report = ["-fopt-info-vec-optimized"] if vector_report else []
         t0 = time.perf_counter()
@@ -81,28 +85,39 @@ class Toolchain:
             paths = [Path(tmp) / f"module{i}.c" for i in range(len(units))]
             for path, text in zip(paths, units):
                 path.write_text(text)
-            if len(units) == 1 and not object_units:
+            if len(units) == 1 and not object_units and before_link is None:
                 stderr = _run([self.cc, *report, *self.flags, str(paths[0]), *map(str, objects),
                                "-o", str(out), *self.libs], self.cc)
-            else:
-                jobs = [([*report, str(src)], src.with_suffix(".o")) for src in paths]
-                for i, (text, obj) in enumerate(object_units):
-                    src = Path(tmp) / f"object{i}.c"
-                    src.write_text(text)
-                    jobs.append(([str(src)], obj))
-                procs = [subprocess.Popen([self.cc, *self.flags, *args, "-c", "-o", str(obj)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                          text=True)
-                         for args, obj in jobs]
-                errs = [p.communicate()[1] for p in procs]
-                for p, err in zip(procs, errs):
-                    if p.returncode != 0:
-                        raise RuntimeError(f"C compiler failed ({self.cc}):\n{err[-4000:]}")
-                module_objs = [obj for _, obj in jobs[:len(units)]]
-                stderr = "".join(errs[:len(units)]) + _run(
-                    [self.cc, *self.flags, *map(str, module_objs), *map(str, objects), "-o",
-                     str(out), *self.libs], self.cc)
+                return time.perf_counter() - t0, stderr
+            jobs = [([*report, str(src)], src.with_suffix(".o")) for src in paths]
+            errs = self._objects(jobs, object_units, Path(tmp))
+            late = before_link() if before_link is not None else []
+            if late:
+                self._objects([], late, Path(tmp) / "late")
+            module_objs = [obj for _, obj in jobs]
+            stderr = "".join(errs[:len(units)]) + _run(
+                [self.cc, *self.flags, *map(str, module_objs), *map(str, objects), "-o",
+                 str(out), *self.libs], self.cc)
         return time.perf_counter() - t0, stderr
+
+    def _objects(self, jobs: list[tuple[list[str], Path]],
+                 object_units: list[tuple[str, Path]], tmp: Path) -> list[str]:
+        """Compile ``jobs`` (compiler arguments, object path) and ``object_units`` (unit
+        text, object path) to objects in parallel; their diagnostics, in order."""
+        tmp.mkdir(parents=True, exist_ok=True)
+        jobs = list(jobs)
+        for i, (text, obj) in enumerate(object_units):
+            src = tmp / f"object{i}.c"
+            src.write_text(text)
+            jobs.append(([str(src)], obj))
+        procs = [subprocess.Popen([self.cc, *self.flags, *args, "-c", "-o", str(obj)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for args, obj in jobs]
+        errs = [p.communicate()[1] for p in procs]
+        for p, err in zip(procs, errs):
+            if p.returncode != 0:
+                raise RuntimeError(f"C compiler failed ({self.cc}):\n{err[-4000:]}")
+        return errs
 
 
 #: builds compiling at once in this process (each runs one compiler per unit): a bridge
