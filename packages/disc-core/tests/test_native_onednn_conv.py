@@ -367,3 +367,27 @@ def test_concurrent_calls_of_one_problem(compiler) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_modules_link_one_helper_object_and_keep_their_own_primitive_caches(
+        tmp_path, monkeypatch) -> None:
+    """The oneDNN helper is compiled once into an object every convolution module links
+    (native/helper_objects.py); each module still has its own primitive cache and counts
+    (the object's static state is copied into each module)."""
+    from disc_core.native import helper_objects
+
+    monkeypatch.setenv("DISC_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.setattr(helper_objects, "_MEMORY", {})
+    compiler = Compiler(CompileCache(tmp_path / "cache"), target="native")
+    graphs = [conv_bias_relu(4, 6, 3, 1, 1, 1, 1), conv_bias_relu(3, 5, 1, 2, 0, 1, 1)]
+    exes = [compiler.compile(g) for g in graphs]
+    assert [e.artifact.metadata["native"]["helper_units"] for e in exes] == [1, 1]
+    assert len(list((tmp_path / "objects" / helper_objects.LAYOUT).glob("*.o"))) == 1
+    for exe, g, (c, o, k) in zip(exes, graphs, [(4, 6, 3), (3, 5, 1)]):
+        inputs = [RNG.standard_normal((2, c, 7, 6)).astype(np.float32),
+                  RNG.standard_normal((o, c, k, k)).astype(np.float32),
+                  RNG.standard_normal(o).astype(np.float32)]
+        np.testing.assert_allclose(exe.run(inputs)[0], interpret(g, inputs)[0], rtol=2e-4,
+                                   atol=2e-4)
+    assert primitive_counts(exes[0]) == (1, 0) and primitive_counts(exes[1]) == (1, 0)
+

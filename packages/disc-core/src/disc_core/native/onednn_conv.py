@@ -318,7 +318,7 @@ def emit_fused_convolution(op: Op, ptr: Callable[[Value], str], syms: Symbols
     lines += [f"    if (disc_dnnl_convolution({_c_string(lib)}, &cd, (void *){ptr(lhs)}, "
               f"(void *){ptr(rhs)}, {bptr}, (void *){ptr(res)}, err, errlen)) goto fail;",
               "  }"]
-    return LibraryCode(lines, {"onednn_conv": c_source("onednn_conv.c")})
+    return LibraryCode(lines, {"onednn_conv": c_source("onednn_conv.c")}, linked=True)
 
 
 def _c_string(text: str) -> str:

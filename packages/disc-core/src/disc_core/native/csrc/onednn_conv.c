@@ -33,6 +33,19 @@
    kind 2: backward data, src = d conv / d src given diff_dst in ``dst``. */
 #ifndef DISC_DNNL_CONV_DEFINED
 #define DISC_DNNL_CONV_DEFINED
+/* A core ``convolution`` (ops/linalg.py) on buffers described by their dims and strides
+   in canonical order: lhs [N, C, sp...], rhs [O, I, sp...], out [N, C, sp...]; with
+   ``flip`` its kernel is rhs with the taps reversed (fused_convolution's flip_kernel). */
+typedef struct {
+  int64_t nsp, fgc, bgc, act, flip;  /* flip: the kernel's taps are read in reverse */
+  int64_t lhs[5], lhs_st[5], rhs[5], rhs_st[5], out[5], out_st[5];
+  int64_t stride[3], rdil[3], ldil[3], pad_lo[3];  /* right paddings: from the sizes */
+} disc_conv;
+/* the entry point the host calls (its parameters shared by prototype and definition) */
+#define DISC_DNNL_CONVOLUTION_PARAMS (const char *lib, const disc_conv *c, void *lhs,      \
+    void *rhs, void *bias, void *out, char *msg, int64_t len)
+DISC_HELPER_ENTRY int disc_dnnl_convolution DISC_DNNL_CONVOLUTION_PARAMS;
+#ifndef DISC_HELPER_DECLARE_ONLY
 #include <dlfcn.h>
 #include <omp.h>
 #include <pthread.h>
@@ -518,15 +531,6 @@ static __attribute__((noinline)) int disc_dnnl_conv(const char *lib,
   return rc;
 }
 
-/* A core ``convolution`` (ops/linalg.py) on buffers described by their dims and strides
-   in canonical order: lhs [N, C, sp...], rhs [O, I, sp...], out [N, C, sp...]; with
-   ``flip`` its kernel is rhs with the taps reversed (fused_convolution's flip_kernel). */
-typedef struct {
-  int64_t nsp, fgc, bgc, act, flip;  /* flip: the kernel's taps are read in reverse */
-  int64_t lhs[5], lhs_st[5], rhs[5], rhs_st[5], out[5], out_st[5];
-  int64_t stride[3], rdil[3], ldil[3], pad_lo[3];  /* right paddings: from the sizes */
-} disc_conv;
-
 /* Runs core convolution ``c`` (out = act(conv(lhs, rhs) + bias)) as the oneDNN primitive
    that fits it. Every convolution is the forward of one problem and the weight gradient
    of another, with batch and features swapped (XLA's filter gradient is written so:
@@ -534,8 +538,7 @@ typedef struct {
    a forward convolution whose kernel is the result, and oneDNN's backward-weights
    primitive computes it directly (its forward primitive would slide a 56x56 kernel).
    Batch groups are that form's groups; bias and activation only fit the forward. */
-static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, const disc_conv *c,
-    void *lhs, void *rhs, void *bias, void *out, char *msg, int64_t len) {
+DISC_HELPER_ENTRY int disc_dnnl_convolution DISC_DNNL_CONVOLUTION_PARAMS {
   disc_dnnl_conv_desc d;
   memset(&d, 0, sizeof d);
   d.nsp = c->nsp; d.act = c->act; d.has_bias = bias != NULL;
@@ -626,4 +629,5 @@ static __attribute__((noinline)) int disc_dnnl_convolution(const char *lib, cons
   }
   return disc_dnnl_conv(lib, &d, lhs, rhs, bias, out, msg, len, NULL);
 }
+#endif  /* DISC_HELPER_DECLARE_ONLY */
 #endif
