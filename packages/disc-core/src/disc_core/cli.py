@@ -180,10 +180,11 @@ def _size(n: int) -> str:
 
 
 #: what DISC keeps beside the compile cache's entries, in the same directory: facts
-#: measured once per machine (disc_runtime.facts) and disc-torch's traced graphs
+#: measured once per machine (disc_runtime.facts), the library helpers' compiled objects
+#: (disc_core.native.helper_objects) and disc-torch's traced graphs
 #: (disc_torch.precompile). Named here, never found by listing: the directory may be one
 #: a user pointed DISC_CACHE_DIR at, holding other things.
-KEPT_BESIDE = ("facts-v1", "torch-graphs-v1")
+KEPT_BESIDE = ("facts-v1", "objects-v1", "torch-graphs-v1")
 
 
 def _cache(args: argparse.Namespace) -> None:

@@ -143,13 +143,18 @@ def test_cache_info_and_clear(tmp_path):
     # what DISC keeps beside the entries goes too; nothing else in the directory does
     (cache_dir / "torch-graphs-v1").mkdir()
     (cache_dir / "torch-graphs-v1" / "k.pkl").write_bytes(b"x" * 10)
+    (cache_dir / "objects-v1").mkdir()
+    (cache_dir / "objects-v1" / "k.o").write_bytes(b"x" * 7)
     (cache_dir / "not-disc").mkdir()
-    assert "torch-graphs-v1: 10 B" in disc("cache", "info", "--dir", cache_dir).stdout
+    shown = disc("cache", "info", "--dir", cache_dir).stdout
+    assert "torch-graphs-v1: 10 B" in shown and "objects-v1: 7 B" in shown
     cleared = disc("cache", "clear", "--dir", cache_dir)
     assert cleared.stdout.splitlines() == [
         f"removed 1 entry from {cache_dir / 'v1'}",
+        f"removed {cache_dir / 'objects-v1'} (1 file)",
         f"removed {cache_dir / 'torch-graphs-v1'} (1 file)"]
     assert not (cache_dir / "torch-graphs-v1").exists() and (cache_dir / "not-disc").is_dir()
+    assert not (cache_dir / "objects-v1").exists()
     env_info = disc("cache", "info", DISC_CACHE_DIR=str(cache_dir))
     assert "entries: 0" in env_info.stdout
 
