@@ -43,6 +43,54 @@ def cpu() -> tuple[str, str]:
     return name, flags
 
 
+#: AMD's CPU families by core generation: a VM's model name may say only "AMD EPYC", and
+#: the generations differ in vector width per cycle and cache size
+AMD_FAMILIES = {23: "Zen/Zen+/Zen 2", 25: "Zen 3/Zen 4", 26: "Zen 5"}
+
+
+def cpu_identity() -> dict[str, Any]:
+    """Vendor, family, model and stepping from /proc/cpuinfo (with AMD's generation when
+    the family says it), and the last-level cache from sysfs: the model name alone did not
+    tell a 2-core EPYC VM with 8 MB of L3 (Zen 1) from one with 32 MB (Zen 3)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    ident: dict[str, Any] = {}
+    for key, name in (("vendor_id", "vendor"), ("cpu family", "family"), ("model", "model"),
+                      ("stepping", "stepping")):
+        if key in fields:
+            value = fields[key]
+            ident[name] = int(value) if value.isdigit() else value
+    if ident.get("vendor") == "AuthenticAMD" and ident.get("family") in AMD_FAMILIES:
+        ident["generation"] = AMD_FAMILIES[ident["family"]]
+    ident["llc_bytes"] = last_level_cache()
+    return ident
+
+
+def last_level_cache(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Bytes of the highest-level data cache CPU 0 sees, or None where sysfs does not say."""
+    best: tuple[int, int] | None = None
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        digits = text.rstrip("KM")
+        if digits.isdigit() and (best is None or level > best[0]):
+            best = (level, int(digits) * scale)
+    return best[1] if best else None
+
+
 def commit() -> dict[str, Any]:
     """The checkout's commit and whether it had uncommitted changes (None outside git)."""
     def git(*args: str) -> str:
@@ -67,7 +115,8 @@ def machine(threads: int, versions: dict[str, str | None],
     except OSError:
         load = None
     return {
-        "cpu": name, "cpu_flags": flags, "cpus": os.cpu_count(), "threads": threads,
+        "cpu": name, "cpu_id": cpu_identity(), "cpu_flags": flags, "cpus": os.cpu_count(),
+        "threads": threads,
         **commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(), "versions": dict(versions),
@@ -80,7 +129,13 @@ def headline(record: dict[str, Any]) -> str:
     head = str(record.get("commit") or "unknown")[:10] + ("+dirty" if record.get("dirty")
                                                           else "")
     versions = ", ".join(f"{k} {v}" for k, v in record.get("versions", {}).items() if v)
-    return (f"machine: {record['cpu']} ({record['cpu_flags']}), {record['cpus']} cores, "
+    ident = record.get("cpu_id") or {}
+    detail = ", ".join(x for x in (
+        ident.get("generation") or (f"family {ident['family']} model {ident.get('model')}"
+                                    if "family" in ident else None),
+        f"LLC {ident['llc_bytes'] >> 20} MB" if ident.get("llc_bytes") else None) if x)
+    name = f"{record['cpu']} [{detail}]" if detail else record["cpu"]
+    return (f"machine: {name} ({record['cpu_flags']}), {record['cpus']} cores, "
             f"{record['threads']} threads; commit {head}; {record['date']}; {versions}")
 
 
