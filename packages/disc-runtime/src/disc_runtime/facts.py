@@ -20,7 +20,7 @@ from typing import Any
 
 from .cache import default_cache_dir
 
-__all__ = ["cpu_identity", "file_identity", "remembered"]
+__all__ = ["cpu_identity", "file_identity", "remembered", "write_best_effort"]
 
 LAYOUT = "facts-v1"
 
@@ -44,12 +44,19 @@ def remembered(name: str, depends_on: dict[str, Any], measure: Callable[[], Any]
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
+    write_best_effort(path, json.dumps(record).encode())
+
+
+def write_best_effort(path: Path, data: bytes) -> None:
+    """Publish ``data`` at ``path`` atomically (a temporary file renamed over it), or not
+    at all: something kept only to save later processes work, which a read-only or full
+    cache directory must not turn into an error."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
         tmp = None
     except OSError:

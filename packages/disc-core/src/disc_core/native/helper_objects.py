@@ -17,8 +17,6 @@ does not match (a torn write, a corrupted file) is built again, never linked.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import threading
 from pathlib import Path
 
@@ -156,18 +154,8 @@ def _read(path: Path) -> bytes | None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Keep ``data`` at ``path`` atomically; a cache that cannot be written only costs the
-    next process a build."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(data).digest() + data)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    """Keep ``data`` at ``path`` with its checksum; a cache that cannot be written only
+    costs the next process a build."""
+    from disc_runtime.facts import write_best_effort
+
+    write_best_effort(path, _MAGIC + hashlib.sha256(data).digest() + data)
