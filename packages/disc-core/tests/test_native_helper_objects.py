@@ -200,3 +200,18 @@ def test_a_helper_another_build_failed_to_make_is_compiled_before_the_link(tmp_p
     assert builds == [1]  # none at the start; compiled late, before the link
     _check_gemm(done["exe"], graph)
     assert len(_records(tmp_path)) == 1
+
+
+def test_a_module_that_does_not_compile_is_not_built_again(tmp_path, builds):
+    """Only a failed link is retried with the helpers rebuilt; a compile error in the
+    module's own unit is reported after one attempt."""
+    from disc_core.native.build import compile_native
+    from disc_core.native.ccommon import ModuleInfo
+
+    exe = _compile(tmp_path, _gemm_graph("first"), "a")
+    unit = (exe.artifact.directory / "native" / "helper0.c").read_text()
+    info = ModuleInfo(sources=["int broken(void) { return }\n"], needs_blas=False,
+                      helper_units=[unit])
+    with pytest.raises(RuntimeError, match=r"C compiler failed[\s\S]*broken"):
+        compile_native(info, tmp_path / "out")
+    assert builds == [1, 0]

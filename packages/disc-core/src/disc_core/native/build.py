@@ -31,6 +31,7 @@ from .helper_objects import HelperObjects
 from .lower import backend_lowering
 from .toolchain import (
     CompilerNotFound,
+    LinkFailed,
     find_toolchain,
     running_compilers,
     usable_cpus,
@@ -142,7 +143,7 @@ def compile_native(info: ModuleInfo, directory: Path, *, vector_report: bool = F
                 info.sources, so, vector_report=vector_report, objects=helpers.paths,
                 object_units=helpers.missing,
                 before_link=helpers.before_link if info.helper_units else None)
-        except RuntimeError:
+        except LinkFailed:
             if not helpers.cached:
                 raise
             # a kept object that no longer links (another compiler's, a damaged file that

@@ -33,6 +33,11 @@ FLAGS = (*OPT_FLAGS, "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu1
          "-fwrapv", "-fno-math-errno", "-fno-trapping-math")
 
 
+class LinkFailed(RuntimeError):
+    """Every unit compiled and the link of the objects failed (a prebuilt object that
+    does not fit, say): the caller may rebuild the objects it brought."""
+
+
 class CompilerNotFound(RuntimeError):
     """No C compiler: the native engine is unavailable (DISC falls back to the interpreter)."""
 
@@ -95,9 +100,12 @@ class Toolchain:
             if late:
                 self._objects([], late, Path(tmp) / "late")
             module_objs = [obj for _, obj in jobs]
-            stderr = "".join(errs[:len(units)]) + _run(
-                [self.cc, *self.flags, *map(str, module_objs), *map(str, objects), "-o",
-                 str(out), *self.libs], self.cc)
+            try:
+                linked = _run([self.cc, *self.flags, *map(str, module_objs),
+                               *map(str, objects), "-o", str(out), *self.libs], self.cc)
+            except RuntimeError as exc:
+                raise LinkFailed(str(exc)) from None
+            stderr = "".join(errs[:len(units)]) + linked
         return time.perf_counter() - t0, stderr
 
     def _objects(self, jobs: list[tuple[list[str], Path]],
