@@ -139,7 +139,11 @@ def test_an_object_that_does_not_link_is_dropped_and_built_again(tmp_path, build
     assert helper_objects._read(record).startswith(b"\x7fELF")
 
 
-def test_modules_building_at_once_build_a_missing_helper_once(tmp_path, builds):
+def test_modules_building_at_once_all_finish_and_compute(tmp_path, builds):
+    """Three builds needing one missing helper at once, in a compiler pool of two slots
+    (``toolchain._JOBS``): one compiles it; the others take its object if it is kept by
+    their link, or compile it themselves. None waits for another (a build waiting for a
+    helper whose builder waits for a slot would never finish)."""
     graphs = [_gemm_graph(f"g{i}", act=act) for i, act in enumerate(["tanh", "exp", "abs"])]
     exes: list = [None] * len(graphs)
     barrier = threading.Barrier(len(graphs))
@@ -152,8 +156,9 @@ def test_modules_building_at_once_build_a_missing_helper_once(tmp_path, builds):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    assert sorted(builds) == [0, 0, 1]
+        t.join(timeout=120)
+        assert not t.is_alive(), "a build never finished"
+    assert len(builds) == 3 and 1 <= sum(builds) <= 3
     for exe, graph in zip(exes, graphs):
         _check_gemm(exe, graph)
 
@@ -178,10 +183,10 @@ def test_the_key_follows_the_compiler_and_the_source():
     assert key != helper_objects.object_key(tc, unit.replace("1", "2"))
 
 
-def test_a_helper_another_build_failed_to_make_is_compiled_before_the_link(tmp_path, builds):
-    """A build that finds its helper being compiled by another compiles its own unit
-    meanwhile and waits only to link; if the other build ends without the object (it
-    failed), this one compiles the helper itself."""
+def test_a_build_never_waits_for_a_helper_another_build_is_making(tmp_path, builds):
+    """A build that finds its helper being compiled by another (its lock held) compiles
+    its own unit, and at the link compiles the helper itself if the other has not kept
+    it: it finishes while the other still holds the lock."""
     from disc_core.dtypes import DType
     from disc_core.native.emit import HELPER_HEAD
     from disc_core.native.library import gemm_helper
@@ -189,15 +194,17 @@ def test_a_helper_another_build_failed_to_make_is_compiled_before_the_link(tmp_p
     graph = _gemm_graph("late")
     key = helper_objects.object_key(find_toolchain(), HELPER_HEAD + gemm_helper(DType.F32))
     lock = helper_objects._unit_lock(key)
-    lock.acquire()  # as another build compiling it would
-    done: dict = {}
-    worker = threading.Thread(target=lambda: done.update(exe=_compile(tmp_path, graph, "a")))
-    worker.start()
-    while not builds:  # the build started, with the helper pending
-        worker.join(0.01)
-    lock.release()  # the other build ends without keeping an object
-    worker.join()
-    assert builds == [1]  # none at the start; compiled late, before the link
+    lock.acquire()  # as another build still compiling it would
+    try:
+        done: dict = {}
+        worker = threading.Thread(
+            target=lambda: done.update(exe=_compile(tmp_path, graph, "a")))
+        worker.start()
+        worker.join(timeout=120)
+        assert not worker.is_alive(), "the build waited for the other one"
+    finally:
+        lock.release()
+    assert builds == [1]  # none at the start; compiled before the link
     _check_gemm(done["exe"], graph)
     assert len(_records(tmp_path)) == 1
 

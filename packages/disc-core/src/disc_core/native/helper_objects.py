@@ -44,15 +44,17 @@ class HelperObjects:
     """The objects of a module's helper units, written into its build directory.
 
     Each unit's object is found in memory or on disk (``cached``), or this build compiles
-    it (``missing``: unit text and the path to compile it to, its lock held so that other
-    builds of this process wait for it rather than compile it too), or another build is
+    it (``missing``: unit text and the path to compile it to, its lock held so that builds
+    of this process starting meanwhile do not compile it too), or another build is
     compiling it now (``pending``). The compiler runs this build's own units and the
     missing ones in parallel, then calls :meth:`before_link`, which keeps what this build
-    compiled (releasing its locks), waits for the pending objects and returns any it must
-    compile after all (their builder failed). A module waiting for another's helper so
-    still compiles its own unit meanwhile. :meth:`forget` drops every object this build
-    read from a cache, for a link that failed on one of them. Use it as a context manager:
-    locks still held at the end are released."""
+    compiled (releasing its locks) and takes the pending objects their builders have kept
+    by then; those still being built it returns, to compile now. It never waits for
+    another build: builds hold a slot of the compiler pool (``toolchain._JOBS``) while
+    they run, so a build waiting for a helper whose builder waits for a slot would never
+    finish. :meth:`forget` drops every object this build read from a cache, for a link
+    that failed on one of them. Use it as a context manager: locks still held at the end
+    are released."""
 
     def __init__(self, tc: Toolchain, units: list[str], directory: Path) -> None:
         self.keys = [object_key(tc, unit) for unit in units]
@@ -78,15 +80,15 @@ class HelperObjects:
                 self._pending.append(i)
 
     def before_link(self) -> list[tuple[str, Path]]:
-        """Keep the objects compiled so far, then wait for the pending ones; the units of
-        those still missing (another build failed on them), to compile now."""
+        """Keep the objects compiled so far, then take the pending ones kept meanwhile;
+        the units of the others (still being built, or their builder failed), to compile
+        now."""
         self.keep()
         self.release()
         late: list[tuple[str, Path]] = []
         for i in self._pending:
             key = self.keys[i]
-            with _unit_lock(key):  # released when its builder has kept it, or failed
-                data = _MEMORY.get(key)
+            data = _MEMORY.get(key)
             if data is None:
                 late.append((self.units[i], self.paths[i]))
             else:
