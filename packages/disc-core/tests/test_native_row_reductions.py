@@ -1,5 +1,6 @@
 """Row reductions of f32/f64 rows through the prelude's multi-accumulator helpers
-(``disc_row_sum_f32`` ...): which reductions take them, and that they agree with the
+(``disc_row_sum_f32`` ...) or loops split into parts with an accumulator each: which
+reductions take which, and that they agree with the
 reference interpreter on every row length around the vector and unroll widths, with NaN and
 infinities anywhere in a row, empty rows, serial and parallel, every kernel version."""
 
@@ -78,22 +79,58 @@ def test_nan_and_infinities_anywhere_in_a_row(compiler, dtype) -> None:
                 run_checked(compiler, g, [x], rtol=1e-5, atol=1e-4)
 
 
-def test_softmax_and_layernorm_rows_take_the_helpers() -> None:
-    """The benchmark's row kernels reduce through the helpers: LayerNorm's two sums (the
-    second over a row buffer of (x - mean)^2), softmax's max (straight from the input) and
-    its sum (over the exp row buffer the normalisation reuses)."""
+def test_softmax_and_layernorm_rows_take_the_helpers_or_split_loops() -> None:
+    """The benchmark's row kernels: a reduction of an input row goes through a helper
+    (LayerNorm's mean, softmax's max); one of a computed operand is reduced where it is
+    computed, by a loop over four parts of the row with an accumulator each (LayerNorm's
+    variance: no row buffer, no second pass; softmax's sum of the exponentials it stores
+    for its output pass)."""
     ln = sources(catalog.layernorm(hidden=768))
-    assert len(re.findall(r"disc_row_sum_f32\(", ln)) >= 2, ln
-    # the buffer of (x - mean)^2 only the helper reads: on the stack or absent, never
-    # malloc'ed; without it (rows over DISC_STACK_ROWBUF) the simd loop sums
-    assert "__builtin_alloca(rowbuf0_bytes) : NULL)" in ln
-    assert "if (C >= 64 && rowbuf0) {" in ln
+    assert len(re.findall(r"disc_row_sum_f32\(", ln)) == 1, ln
+    assert "disc_row_sum_f32((in0 + r*C), C)" in ln
+    assert "rowbuf" not in ln.split("kernel0_fast_part(")[1].split("\n}\n")[0]
+    assert re.search(r"reduction\(\+:acc\d+\) reduction\(\+:acc\d+_1\) "
+                     r"reduction\(\+:acc\d+_2\) reduction\(\+:acc\d+_3\)", ln), ln
     sm = sources(catalog.softmax(3))
     assert "disc_row_max_f32((in0 + r*C), C, -INFINITY)" in sm
-    assert "disc_row_sum_f32(rowbuf0, C)" in sm
+    assert "disc_row_sum_f32(rowbuf0" not in sm
+    assert re.search(r"rowbuf0\[c\] = v\d+;\n\s+acc\d+_3 \+= v\d+;", sm), sm
     for text in (ln, sm):  # the input rows two ahead are prefetched, where the CPU gains
         assert ("if (DISC_ROW_PREFETCH && r + 2 < hi) disc_prefetch_row(in0 + (r + 2)*C, C);"
                 in text)
+
+
+def computed_reductions(dtype: str):
+    """Reductions of computed operands (the split loop): sum(x * x), max(2x), min(x - 1)."""
+    b = GraphBuilder("computed_stats")
+    R, H = b.symbol("R"), b.symbol("H")
+    x = b.input("x", dtype, [R, H])
+    return b.build(b.reduce(b.mul(x, x), kind="sum", axes=[1]),
+                   b.reduce(b.mul(x, b.full(2.0, dtype, [R, H])), kind="max", axes=[1]),
+                   b.reduce(b.sub(x, b.full(1.0, dtype, [R, H])), kind="min", axes=[1]))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_split_loop_reductions_on_every_length_and_special_value(compiler, dtype) -> None:
+    """The four-part loop agrees with the interpreter on every length around the part
+    width (4 x the vector lanes) and the rest loop, with NaN or an infinity in each part,
+    the rest, the first and last element."""
+    npdt = np.float32 if dtype == "f32" else np.float64
+    g = computed_reductions(dtype)
+    text = sources(computed_reductions(dtype))
+    assert "_3_nan" in text and "reduction(max:" in text and "reduction(min:" in text
+    for rows in (1, 5, 300):
+        for n in LENGTHS:
+            x = (RNG.standard_normal((rows, n)) * 10).astype(npdt)
+            run_checked(compiler, g, [x], rtol=1e-5, atol=1e-3)
+    for n in (17, 64, 70, 129, 1000):
+        quarter = n // 4
+        for pos in sorted({0, quarter, 2 * quarter + 1, 3 * quarter + 2, n - 1}):
+            for special in (np.nan, np.inf, -np.inf):
+                x = RNG.standard_normal((3, n)).astype(npdt)
+                x[1, pos] = special
+                x[2, :] = -np.inf if special == np.inf else np.inf
+                run_checked(compiler, g, [x], rtol=1e-5, atol=1e-4)
 
 
 def test_short_static_rows_and_other_kinds_keep_the_simd_loop() -> None:
@@ -109,14 +146,15 @@ def test_short_static_rows_and_other_kinds_keep_the_simd_loop() -> None:
     assert "reduction(*:" in text and "reduction(+:" in text
 
 
-def test_reduction_of_a_broadcast_input_goes_through_a_row_buffer(compiler) -> None:
+def test_reduction_of_a_broadcast_input_takes_the_split_loop(compiler) -> None:
     """An operand read from an input that is not laid out as the kernel's rows (a vector
-    broadcast along the rows) is copied into a row buffer for the helper."""
+    broadcast along the rows) is reduced by the split loop, with no row buffer."""
     b = GraphBuilder("bcast_red")
     R, H = b.symbol("R"), b.symbol("H")
     x, w = b.input("x", "f32", [R, H]), b.input("w", "f32", [H])
     wb = b.broadcast_in_dim(w, shape=[R, H], broadcast_dimensions=[1])
     g = b.build(b.add(b.reduce(wb, kind="sum", axes=[1]), b.reduce(x, kind="max", axes=[1])))
+    assert "rowbuf" not in sources(g).split("disc_run(")[0].split("#define DISC_ROW_REDUCE")[1]
     for rows, n in [(3, 0), (4, 1), (2, 65), (50, 1000)]:
         run_checked(compiler, g, [RNG.standard_normal((rows, n)).astype(np.float32),
                                   RNG.standard_normal(n).astype(np.float32)],

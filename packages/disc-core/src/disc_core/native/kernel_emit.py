@@ -258,19 +258,15 @@ class KernelEmitter:
         rows = product(k.space[:-1]) if n else Expr.const(1)
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
-        self.helper_bufs: set[int] = set()
         self.rowbuf = self._row_buffers(reductions)
         lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             # on the stack when small: a malloc/free pair per block is a good part of a
-            # call on one short row (the per-call overhead budget). A buffer only a row
-            # helper reads is never malloc'ed: longer rows (NULL) keep the simd loop,
-            # which needs none (a malloc of a long row per block would page-fault)
-            big = "NULL" if vid in self.helper_bufs else f"malloc({name}_bytes)"
+            # call on one short row (the per-call overhead budget)
             lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
-                      f"__builtin_alloca({name}_bytes) : {big});"]
+                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
@@ -481,9 +477,6 @@ class KernelEmitter:
             if (red.opdef.reduction_kind(red) is not None and fused and users[id(v)] > 1
                     and not v.producer.opdef.view):
                 out[id(v)] = f"rowbuf{len(out)}"
-            elif self.row_helper(red) is not None and self.contiguous_row(red) is None:
-                out[id(v)] = f"rowbuf{len(out)}"  # computed, then reduced by the helper
-                self.helper_bufs.add(id(v))
         return out
 
     def row_helper(self, red: Op) -> str | None:
@@ -622,32 +615,33 @@ class KernelEmitter:
         """The reductions ``reds`` (independent of each other) over the row, keeping
         row-buffered operands for later phases.
 
-        Sums, maxima and minima of f32/f64 rows of at least ``ROW_HELPER_MIN`` elements go
-        through the prelude's multi-accumulator helpers (``row_helper``), over the input
-        row or a row buffer one loop fills; the others share one ``omp simd`` reduction
-        loop. A symbolic row length chooses at run time: short rows keep the loop, whose
-        single accumulator costs nothing there, while the helpers' fixed work (combining
-        four accumulators, the lane tree) would be most of theirs."""
+        Sums, maxima and minima of f32/f64 rows of at least ``ROW_HELPER_MIN`` elements
+        whose operand is already in memory (an input row in the kernel's layout, or a row
+        buffer an earlier phase filled) go through the prelude's multi-accumulator helpers
+        (``row_helper``). The others are computed and reduced in one ``omp simd`` loop,
+        split into ``reduction_ways`` interleaved parts of the row with an accumulator
+        each (a LayerNorm's variance, softmax's sum of exponentials stored for its output
+        pass). A symbolic row length chooses the helpers at run time: short rows keep the
+        loop, whose single accumulator costs nothing there, while the helpers' fixed work
+        (combining four accumulators, the lane tree) would be most of theirs."""
         if reds[0].opdef.arg_compare is not None:
             return self.arg_phase(reds[0], done)
-        helped = [red for red in reds if self.row_helper(red) is not None]
+        helped = [red for red in reds if self.row_helper(red) is not None
+                  and (self.contiguous_row(red) is not None
+                       or id(red.operands[0]) in self.cached)]
         results = {id(red.results[0]): red for red in reds}
         names: dict[int, str] = {}
         out: list[str] = []
-        # helper-only row buffers this phase fills: absent (NULL) for long rows
-        bufs = sorted({self.rowbuf[id(red.operands[0])] for red in helped
-                       if id(red.operands[0]) in self.helper_bufs
-                       and id(red.operands[0]) not in self.cached})
         if not helped:
-            out += self.simd_reductions(reds, done, names)
-        elif not self.k.space[-1].is_const or bufs:  # both, chosen at run time
+            out += self.simd_reductions(reds, done, names, ways=self.reduction_ways(reds))
+        elif not self.k.space[-1].is_const:  # both, chosen at run time
             for red in reds:
                 dt = red.results[0].dtype
                 self.counter += 1
                 names[id(red)] = f"acc{self.counter}"
                 out.append(f"{ctype(dt)} {names[id(red)]};")
             cached = set(self.cached)
-            out.append(f"if ({' && '.join([f'C >= {ROW_HELPER_MIN}', *bufs])}) {{")
+            out.append(f"if (C >= {ROW_HELPER_MIN}) {{")
             out += ["  " + s for s in self.helper_reductions(reds, helped, done, names)]
             helper_cached, self.cached = self.cached, cached
             out.append("} else {")
@@ -664,14 +658,26 @@ class KernelEmitter:
             done.add(vid)
         return out
 
+    def reduction_ways(self, reds: list[Op]) -> int:
+        """Accumulators per reduction of an ``omp simd`` loop that computes its operands:
+        ``REDUCTION_WAYS`` for float sums, maxima and minima of long rows, where one vector
+        accumulator's chain of dependent adds (4 cycles each) would bound the loop; 1
+        otherwise (integer adds chain in one cycle; short rows have few vectors)."""
+        inner = self.k.space[-1]
+        if (self.k.kind != "row" or self.short
+                or (inner.is_const and inner.value < ROW_HELPER_MIN)):
+            return 1
+        for red in reds:
+            if (red.opdef.reduction_kind(red) not in ("sum", "max", "min")
+                    or not red.results[0].dtype.is_float):
+                return 1
+        return REDUCTION_WAYS
+
     def helper_reductions(self, reds: list[Op], helped: list[Op], done: set[int],
                           names: dict[int, str]) -> list[str]:
-        """``helped`` through the prelude helpers, the rest of ``reds`` in one loop that
-        also fills the row buffers the helpers read."""
+        """``helped`` through the prelude helpers, the rest of ``reds`` in one loop."""
         rest = [red for red in reds if red not in helped]
-        fill = [red for red in helped
-                if self.contiguous_row(red) is None and id(red.operands[0]) not in self.cached]
-        out = self.simd_reductions(rest, done, names, fill=fill)
+        out = self.simd_reductions(rest, done, names, ways=self.reduction_ways(rest))
         for red in helped:
             dt = red.results[0].dtype
             kind = red.opdef.reduction_kind(red)
@@ -688,12 +694,15 @@ class KernelEmitter:
         return out
 
     def simd_reductions(self, reds: list[Op], done: set[int], names: dict[int, str],
-                        fill: list[Op] = ()) -> list[str]:
+                        ways: int = 1) -> list[str]:
         """One ``omp simd`` loop over the row reducing ``reds`` into accumulators (named
-        in ``names``; declared here unless already), storing row-buffered operands, and
-        the operands of ``fill`` into their row buffers."""
+        in ``names``; declared here unless already) and storing row-buffered operands.
+
+        With ``ways`` > 1 the loop walks ``ways`` parts of the row at once, each part a
+        multiple of the vector width long and reduced into an accumulator of its own (the
+        operand's statements emitted once per part), and a second loop takes the rest of
+        the row; the parts' accumulators are combined in a fixed order at the end."""
         out: list[str] = []
-        pragmas: list[str] = []
         accs = []
         for red in reds:
             kind = red.opdef.reduction_kind(red)
@@ -711,53 +720,89 @@ class KernelEmitter:
             split_nan = kind in ("max", "min") and dt.is_float
             if split_nan:
                 out.append(f"int {acc}_nan = 0;")
-            pragma = {"sum": f"reduction(+:{acc})", "prod": f"reduction(*:{acc})",
-                      "max": f"reduction(max:{acc})", "min": f"reduction(min:{acc})",
-                      "and": f"reduction(&&:{acc})", "or": f"reduction(||:{acc})"}.get(kind)
-            if pragma:
-                pragmas.append(pragma)
-            if split_nan:
-                pragmas.append(f"reduction(|:{acc}_nan)")
             accs.append((red, kind, dt, acc, split_nan))
-        if not accs and not fill:
+        if not accs:
             return out
-        out.append(" ".join(["#pragma omp simd", *pragmas]))
-        out.append("for (int64_t c = 0; c < C; ++c) {")
+        if ways > 1:
+            self.counter += 1
+            part = f"part{self.counter}"
+            for _, kind, dt, acc, split_nan in accs:
+                out.append(f"{ctype(dt)} " + ", ".join(
+                    f"{acc}_{w} = {identity(kind, dt)}" for w in range(1, ways)) + ";")
+                if split_nan:
+                    out.append("int " + ", ".join(f"{acc}_{w}_nan = 0"
+                                                   for w in range(1, ways)) + ";")
+            out.append(f"const int64_t {part} = C / ({ways} * DISC_VEC_LANES) * "
+                       "DISC_VEC_LANES;")
+            names_of = [[acc if w == 0 else f"{acc}_{w}" for _, _, _, acc, _ in accs]
+                        for w in range(ways)]
+            out.append(self._simd_pragma(accs, [n for ns in names_of for n in ns]))
+            out.append(f"for (int64_t c_ = 0; c_ < {part}; ++c_) {{")
+            stored: set[int] = set()
+            for w in range(ways):
+                offset = f" + {w} * {part}" if w else ""
+                out.append(f"  {{ const int64_t c = c_{offset};")
+                out += ["    " + s for s in self._reduce_step(accs, names_of[w], done,
+                                                               set(stored))]
+                out.append("  }")
+            out.append("}")
+            start = f"{ways} * {part}"
+        else:
+            start = "0"
+        out.append(self._simd_pragma(accs, [acc for _, _, _, acc, _ in accs]))
+        out.append(f"for (int64_t c = {start}; c < C; ++c) {{")
+        stored = set()
+        out += ["  " + s for s in self._reduce_step(accs, [a for *_, a, _ in accs], done,
+                                                    stored)]
+        out.append("}")
+        self.cached |= stored
+        for _, kind, dt, acc, split_nan in accs:
+            for w in range(1, ways):
+                if split_nan:
+                    out.append(f"{acc}_nan |= {acc}_{w}_nan;")
+                out.append(combine(kind, dt, acc, f"{acc}_{w}"))
+            if split_nan:
+                out.append(f"if ({acc}_nan) {acc} = NAN;")
+        return out
+
+    @staticmethod
+    def _simd_pragma(accs: list[tuple[Op, str, DType, str, bool]], names: list[str]) -> str:
+        """The ``omp simd`` line of a reduction loop over accumulators ``names`` (one per
+        entry of ``accs``, repeated per part of the row)."""
+        ops = {"sum": "+", "prod": "*", "max": "max", "min": "min", "and": "&&", "or": "||"}
+        pragmas = []
+        for i, name in enumerate(names):
+            _, kind, _, _, split_nan = accs[i % len(accs)]
+            if kind in ops:
+                pragmas.append(f"reduction({ops[kind]}:{name})")
+            if split_nan:
+                pragmas.append(f"reduction(|:{name}_nan)")
+        return " ".join(["#pragma omp simd", *pragmas])
+
+    def _reduce_step(self, accs: list[tuple[Op, str, DType, str, bool]], names: list[str],
+                     done: set[int], stored: set[int]) -> list[str]:
+        """Statements for one column ``c`` of a reduction loop: each operand computed,
+        stored into its row buffer when a later phase reads it (recorded in ``stored``),
+        and combined into its accumulator in ``names``."""
+        out: list[str] = []
         saved = dict(self.var)
         self.scope = set()
-        stored: set[int] = set()
-        for red in fill:
-            operand = id(red.operands[0])
-            if operand in stored:
-                continue
+        for (red, kind, dt, _, split_nan), acc in zip(accs, names):
             body, x = self.operand_cone(red, 0, done)
-            out += ["  " + s for s in body]
-            out.append(f"  {self.rowbuf[operand]}[c] = {x};")
-            stored.add(operand)
-        # a helper-only buffer may be absent (long rows): later phases recompute
-        stored -= self.helper_bufs
-        for red, kind, dt, acc, split_nan in accs:
-            body, x = self.operand_cone(red, 0, done)
-            out += ["  " + s for s in body]
+            out += body
             operand = id(red.operands[0])
             buf = self.rowbuf.get(operand)
-            if (buf is not None and operand not in self.cached and operand not in stored
-                    and operand not in self.helper_bufs):
-                out.append(f"  {buf}[c] = {x};")
+            if buf is not None and operand not in self.cached and operand not in stored:
+                out.append(f"{buf}[c] = {x};")
                 stored.add(operand)
             if split_nan:
                 cmp = ">" if kind == "max" else "<"
-                out.append(f"  {{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : "
+                out.append(f"{{ const {ctype(dt)} t = {x}; {acc} = t {cmp} {acc} ? t : "
                            f"{acc}; {acc}_nan |= t != t; }}")
             else:
-                out.append("  " + combine(kind, dt, acc, x))
-        out.append("}")
-        self.cached |= stored
+                out.append(combine(kind, dt, acc, x))
         self.var = saved
         self.scope = set()
-        for _, _, _, acc, split_nan in accs:
-            if split_nan:
-                out.append(f"if ({acc}_nan) {acc} = NAN;")
         return out
 
     def arg_phase(self, red: Op, done: set[int]) -> list[str]:
@@ -991,6 +1036,9 @@ def row_layout_inputs(body: str) -> list[str]:
 #: to 16 lanes); shorter ones keep the one-accumulator 'omp simd' loop, faster there
 #: (masked attention scores on rows of 34: 25 us against 34 us with the helpers)
 ROW_HELPER_MIN = 64
+#: accumulators per reduction in a row loop that computes its operand (interleaved parts
+#: of the row): a float add's latency is four cycles, its throughput two per cycle
+REDUCTION_WAYS = 4
 #: how many rows ahead a row kernel with reductions prefetches its input rows
 PREFETCH_ROWS = 2
 
