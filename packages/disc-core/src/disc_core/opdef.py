@@ -204,7 +204,10 @@ class Fusion:
       duplicable value is duplicable, of a value constant along a row is row-level);
     * ``"constant"``: its data is an attribute (a C literal or static array, never a step);
     * ``"shape"``: reads only its operand's shape, never its data (the operand puts no
-      demand on a kernel's layout and need not be computed).
+      demand on a kernel's layout and need not be computed);
+    * ``"math_call"``: its C form calls a math function (exp, erf, libm): a loop computing
+      it is bound by the call's throughput, not by a chain of adds (a row kernel sums
+      such operands through a row buffer, ``kernel_emit.split_sum``).
     """
 
     #: no native code path: a graph containing it stays on another engine

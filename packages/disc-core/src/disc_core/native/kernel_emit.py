@@ -258,15 +258,19 @@ class KernelEmitter:
         rows = product(k.space[:-1]) if n else Expr.const(1)
         self.var, self.scope = {}, set()
         reductions = k.reductions if k.kind == "row" else []
+        self.helper_bufs: set[int] = set()
         self.rowbuf = self._row_buffers(reductions)
         lines = [f"  const int64_t C = {self.inner_extent()}; (void)C;"]
         for vid, name in self.rowbuf.items():  # per-thread row buffers (stitch fusion)
             t = ctype(self._value(vid).dtype)
             # on the stack when small: a malloc/free pair per block is a good part of a
-            # call on one short row (the per-call overhead budget)
+            # call on one short row (the per-call overhead budget). A buffer only a row
+            # helper reads is never malloc'ed: longer rows (NULL) keep the simd loop,
+            # which needs none (a malloc of a long row per block would page-fault)
+            big = "NULL" if vid in self.helper_bufs else f"malloc({name}_bytes)"
             lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
-                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+                      f"__builtin_alloca({name}_bytes) : {big});"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
@@ -463,21 +467,68 @@ class KernelEmitter:
     def _row_buffers(self, reductions: list[Op]) -> dict[int, str]:
         """Reduction operands computed in the kernel and needed again by a later phase are
         kept in a row buffer instead of being recomputed (softmax's exp, for example)."""
-        users: dict[int, int] = {}
-        for op in self.k.ops:
-            for v in op.operands:
-                users[id(v)] = users.get(id(v), 0) + 1
         out: dict[int, str] = {}
-        members = {id(op) for op in self.k.ops}
         for red in reductions:
             v = red.operands[0]
-            fused = v.producer is not None and id(v.producer) in members
             if id(v) in out:
                 continue
-            if (red.opdef.reduction_kind(red) is not None and fused and users[id(v)] > 1
-                    and not v.producer.opdef.view):
+            if red.opdef.reduction_kind(red) is not None and self._reused(v):
                 out[id(v)] = f"rowbuf{len(out)}"
+            elif (self.row_helper(red) is not None and self.contiguous_row(red) is None
+                    and not self.split_sum(red)):
+                out[id(v)] = f"rowbuf{len(out)}"  # computed, then reduced by the helper
+                self.helper_bufs.add(id(v))
         return out
+
+    def _reused(self, v: Value) -> bool:
+        """Is ``v`` computed in this kernel (not a view) and read by more than one op?"""
+        p = v.producer
+        members = {id(op) for op in self.k.ops}
+        if p is None or id(p) not in members or p.opdef.view:
+            return False
+        return sum(u is v for op in self.k.ops for u in op.operands) > 1
+
+    def split_sum(self, red: Op) -> bool:
+        """Is ``red`` a float sum over long rows of an operand this kernel computes with
+        plain arithmetic, needed by no later phase? Its loop then computes and sums it
+        in ``REDUCTION_WAYS`` parts of the row, an accumulator each (``simd_reductions``),
+        instead of storing it in a row buffer for a helper pass: LayerNorm's variance,
+        RMSNorm's sum of squares. Not maxima and minima, nor operands with math calls
+        (softmax's exp): there, 768-wide rows ran about 1.6x slower that way than with the
+        store and the helper, the parts' inlined calls and NaN flags outgrowing the
+        vector registers; a single dependent chain of adds bounds only a cheap loop.
+
+        Every value the operand's loop reads or computes has the sum's dtype: GCC 12.2
+        (``-fno-trapping-math``, AVX2) miscompiled a four-part loop whose f32 terms were
+        selected by an i64 compare (a one-hot row of cross-entropy's backward: its sums
+        came out as garbage), while loops of one dtype were right; an operand with
+        anything else in its loop (integers, booleans, conversions) keeps the helper."""
+        inner = self.k.space[-1]
+        v = red.operands[0]
+        dtype = red.results[0].dtype
+        if (red.opdef.reduction_kind(red) != "sum" or not red.results[0].dtype.is_float
+                or self.k.kind != "row" or self.short or self._reused(v)
+                or (inner.is_const and inner.value < ROW_HELPER_MIN)
+                or self.contiguous_row(red) is not None):
+            return False
+        members = {id(op) for op in self.k.ops}
+        stack, seen = [(red, 0)], set()
+        while stack:
+            op, i = stack.pop()
+            w = op.operands[i]
+            if w.dtype != dtype:
+                return False
+            if (op, i) in self.k.reads:
+                continue
+            p = w.producer
+            if p is None or id(p) not in members or id(p) in seen or not self._inner(w):
+                continue  # row-level values are computed once per row
+            seen.add(id(p))
+            if p.opdef.has_trait("math_call"):
+                return False
+            if not p.opdef.has_trait("shape"):
+                stack += [(p, j) for j in range(len(p.operands))]
+        return True
 
     def row_helper(self, red: Op) -> str | None:
         """The prelude function (``disc_row_sum_f32`` ...) that reduces this kernel's rows
@@ -615,33 +666,35 @@ class KernelEmitter:
         """The reductions ``reds`` (independent of each other) over the row, keeping
         row-buffered operands for later phases.
 
-        Sums, maxima and minima of f32/f64 rows of at least ``ROW_HELPER_MIN`` elements
-        whose operand is already in memory (an input row in the kernel's layout, or a row
-        buffer an earlier phase filled) go through the prelude's multi-accumulator helpers
-        (``row_helper``). The others are computed and reduced in one ``omp simd`` loop,
-        split into ``reduction_ways`` interleaved parts of the row with an accumulator
-        each (a LayerNorm's variance, softmax's sum of exponentials stored for its output
-        pass). A symbolic row length chooses the helpers at run time: short rows keep the
-        loop, whose single accumulator costs nothing there, while the helpers' fixed work
-        (combining four accumulators, the lane tree) would be most of theirs."""
+        Sums, maxima and minima of f32/f64 rows of at least ``ROW_HELPER_MIN`` elements go
+        through the prelude's multi-accumulator helpers (``row_helper``), over the input
+        row or a row buffer one loop fills, except the sums of plain arithmetic a
+        four-part loop computes and reduces at once (``split_sum``); the others share one
+        ``omp simd`` reduction loop. A symbolic row length chooses at run time: short
+        rows keep the loop, whose single accumulator costs nothing there, while the
+        helpers' fixed work (combining four accumulators, the lane tree) would be most of
+        theirs."""
         if reds[0].opdef.arg_compare is not None:
             return self.arg_phase(reds[0], done)
-        helped = [red for red in reds if self.row_helper(red) is not None
-                  and (self.contiguous_row(red) is not None
-                       or id(red.operands[0]) in self.cached)]
+        helped = [red for red in reds
+                  if self.row_helper(red) is not None and not self.split_sum(red)]
         results = {id(red.results[0]): red for red in reds}
         names: dict[int, str] = {}
         out: list[str] = []
+        # helper-only row buffers this phase fills: absent (NULL) for long rows
+        bufs = sorted({self.rowbuf[id(red.operands[0])] for red in helped
+                       if id(red.operands[0]) in self.helper_bufs
+                       and id(red.operands[0]) not in self.cached})
         if not helped:
             out += self.simd_reductions(reds, done, names, ways=self.reduction_ways(reds))
-        elif not self.k.space[-1].is_const:  # both, chosen at run time
+        elif not self.k.space[-1].is_const or bufs:  # both, chosen at run time
             for red in reds:
                 dt = red.results[0].dtype
                 self.counter += 1
                 names[id(red)] = f"acc{self.counter}"
                 out.append(f"{ctype(dt)} {names[id(red)]};")
             cached = set(self.cached)
-            out.append(f"if (C >= {ROW_HELPER_MIN}) {{")
+            out.append(f"if ({' && '.join([f'C >= {ROW_HELPER_MIN}', *bufs])}) {{")
             out += ["  " + s for s in self.helper_reductions(reds, helped, done, names)]
             helper_cached, self.cached = self.cached, cached
             out.append("} else {")
@@ -659,25 +712,19 @@ class KernelEmitter:
         return out
 
     def reduction_ways(self, reds: list[Op]) -> int:
-        """Accumulators per reduction of an ``omp simd`` loop that computes its operands:
-        ``REDUCTION_WAYS`` for float sums, maxima and minima of long rows, where one vector
-        accumulator's chain of dependent adds (4 cycles each) would bound the loop; 1
-        otherwise (integer adds chain in one cycle; short rows have few vectors)."""
-        inner = self.k.space[-1]
-        if (self.k.kind != "row" or self.short
-                or (inner.is_const and inner.value < ROW_HELPER_MIN)):
-            return 1
-        for red in reds:
-            if (red.opdef.reduction_kind(red) not in ("sum", "max", "min")
-                    or not red.results[0].dtype.is_float):
-                return 1
-        return REDUCTION_WAYS
+        """Parts of the row (an accumulator each) of the loop reducing ``reds``:
+        ``REDUCTION_WAYS`` when every one is a ``split_sum``, else 1."""
+        return REDUCTION_WAYS if reds and all(self.split_sum(r) for r in reds) else 1
 
     def helper_reductions(self, reds: list[Op], helped: list[Op], done: set[int],
                           names: dict[int, str]) -> list[str]:
-        """``helped`` through the prelude helpers, the rest of ``reds`` in one loop."""
+        """``helped`` through the prelude helpers, the rest of ``reds`` in one loop that
+        also fills the row buffers the helpers read."""
         rest = [red for red in reds if red not in helped]
-        out = self.simd_reductions(rest, done, names, ways=self.reduction_ways(rest))
+        fill = [red for red in helped
+                if self.contiguous_row(red) is None and id(red.operands[0]) not in self.cached]
+        out = self.simd_reductions(rest, done, names, fill=fill,
+                                   ways=self.reduction_ways(rest))
         for red in helped:
             dt = red.results[0].dtype
             kind = red.opdef.reduction_kind(red)
@@ -694,14 +741,15 @@ class KernelEmitter:
         return out
 
     def simd_reductions(self, reds: list[Op], done: set[int], names: dict[int, str],
-                        ways: int = 1) -> list[str]:
+                        fill: list[Op] = (), ways: int = 1) -> list[str]:
         """One ``omp simd`` loop over the row reducing ``reds`` into accumulators (named
-        in ``names``; declared here unless already) and storing row-buffered operands.
+        in ``names``; declared here unless already), storing row-buffered operands, and
+        the operands of ``fill`` into their row buffers.
 
-        With ``ways`` > 1 the loop walks ``ways`` parts of the row at once, each part a
-        multiple of the vector width long and reduced into an accumulator of its own (the
-        operand's statements emitted once per part), and a second loop takes the rest of
-        the row; the parts' accumulators are combined in a fixed order at the end."""
+        With ``ways`` > 1 (sums only) the loop walks ``ways`` parts of the row at once,
+        each a multiple of the vector width long and summed into an accumulator of its own
+        (the operand's statements emitted once per part, ``fill`` stores in each); a second
+        loop takes the rest of the row, and the parts' sums are added in a fixed order."""
         out: list[str] = []
         accs = []
         for red in reds:
@@ -721,45 +769,39 @@ class KernelEmitter:
             if split_nan:
                 out.append(f"int {acc}_nan = 0;")
             accs.append((red, kind, dt, acc, split_nan))
-        if not accs:
+        if not accs and not fill:
             return out
+        start = "0"
         if ways > 1:
+            assert all(kind == "sum" for _, kind, *_ in accs)
             self.counter += 1
             part = f"part{self.counter}"
-            for _, kind, dt, acc, split_nan in accs:
+            for _, kind, dt, acc, _ in accs:
                 out.append(f"{ctype(dt)} " + ", ".join(
                     f"{acc}_{w} = {identity(kind, dt)}" for w in range(1, ways)) + ";")
-                if split_nan:
-                    out.append("int " + ", ".join(f"{acc}_{w}_nan = 0"
-                                                   for w in range(1, ways)) + ";")
             out.append(f"const int64_t {part} = C / ({ways} * DISC_VEC_LANES) * "
                        "DISC_VEC_LANES;")
-            names_of = [[acc if w == 0 else f"{acc}_{w}" for _, _, _, acc, _ in accs]
-                        for w in range(ways)]
-            out.append(self._simd_pragma(accs, [n for ns in names_of for n in ns]))
+            parts = [[acc if w == 0 else f"{acc}_{w}" for _, _, _, acc, _ in accs]
+                     for w in range(ways)]
+            out.append(self._simd_pragma(accs * ways, [n for ns in parts for n in ns]))
             out.append(f"for (int64_t c_ = 0; c_ < {part}; ++c_) {{")
-            stored: set[int] = set()
             for w in range(ways):
                 offset = f" + {w} * {part}" if w else ""
                 out.append(f"  {{ const int64_t c = c_{offset};")
-                out += ["    " + s for s in self._reduce_step(accs, names_of[w], done,
-                                                               set(stored))]
+                out += ["    " + s for s in self._reduce_step(accs, parts[w], done, fill,
+                                                               set())]
                 out.append("  }")
             out.append("}")
             start = f"{ways} * {part}"
-        else:
-            start = "0"
-        out.append(self._simd_pragma(accs, [acc for _, _, _, acc, _ in accs]))
+        out.append(self._simd_pragma(accs, [acc for *_, acc, _ in accs]))
         out.append(f"for (int64_t c = {start}; c < C; ++c) {{")
-        stored = set()
-        out += ["  " + s for s in self._reduce_step(accs, [a for *_, a, _ in accs], done,
-                                                    stored)]
+        stored: set[int] = set()
+        out += ["  " + s for s in self._reduce_step(accs, [acc for *_, acc, _ in accs], done,
+                                                    fill, stored)]
         out.append("}")
         self.cached |= stored
         for _, kind, dt, acc, split_nan in accs:
             for w in range(1, ways):
-                if split_nan:
-                    out.append(f"{acc}_nan |= {acc}_{w}_nan;")
                 out.append(combine(kind, dt, acc, f"{acc}_{w}"))
             if split_nan:
                 out.append(f"if ({acc}_nan) {acc} = NAN;")
@@ -767,12 +809,11 @@ class KernelEmitter:
 
     @staticmethod
     def _simd_pragma(accs: list[tuple[Op, str, DType, str, bool]], names: list[str]) -> str:
-        """The ``omp simd`` line of a reduction loop over accumulators ``names`` (one per
-        entry of ``accs``, repeated per part of the row)."""
+        """The ``omp simd`` line of a loop reducing into ``names``, one per ``accs``
+        entry."""
         ops = {"sum": "+", "prod": "*", "max": "max", "min": "min", "and": "&&", "or": "||"}
         pragmas = []
-        for i, name in enumerate(names):
-            _, kind, _, _, split_nan = accs[i % len(accs)]
+        for (_, kind, _, _, split_nan), name in zip(accs, names):
             if kind in ops:
                 pragmas.append(f"reduction({ops[kind]}:{name})")
             if split_nan:
@@ -780,19 +821,31 @@ class KernelEmitter:
         return " ".join(["#pragma omp simd", *pragmas])
 
     def _reduce_step(self, accs: list[tuple[Op, str, DType, str, bool]], names: list[str],
-                     done: set[int], stored: set[int]) -> list[str]:
-        """Statements for one column ``c`` of a reduction loop: each operand computed,
-        stored into its row buffer when a later phase reads it (recorded in ``stored``),
-        and combined into its accumulator in ``names``."""
+                     done: set[int], fill: list[Op], stored: set[int]) -> list[str]:
+        """Statements for one column ``c`` of a reduction loop: the operands of ``fill``
+        stored into their row buffers, then each reduction's operand computed, stored
+        when a later phase reads it, and combined into its accumulator in ``names``
+        (stores recorded in ``stored``)."""
         out: list[str] = []
         saved = dict(self.var)
         self.scope = set()
+        for red in fill:
+            operand = id(red.operands[0])
+            if operand in stored:
+                continue
+            body, x = self.operand_cone(red, 0, done)
+            out += body
+            out.append(f"{self.rowbuf[operand]}[c] = {x};")
+            stored.add(operand)
+        # a helper-only buffer may be absent (long rows): later phases recompute
+        stored -= self.helper_bufs
         for (red, kind, dt, _, split_nan), acc in zip(accs, names):
             body, x = self.operand_cone(red, 0, done)
             out += body
             operand = id(red.operands[0])
             buf = self.rowbuf.get(operand)
-            if buf is not None and operand not in self.cached and operand not in stored:
+            if (buf is not None and operand not in self.cached and operand not in stored
+                    and operand not in self.helper_bufs):
                 out.append(f"{buf}[c] = {x};")
                 stored.add(operand)
             if split_nan:
@@ -1036,8 +1089,8 @@ def row_layout_inputs(body: str) -> list[str]:
 #: to 16 lanes); shorter ones keep the one-accumulator 'omp simd' loop, faster there
 #: (masked attention scores on rows of 34: 25 us against 34 us with the helpers)
 ROW_HELPER_MIN = 64
-#: accumulators per reduction in a row loop that computes its operand (interleaved parts
-#: of the row): a float add's latency is four cycles, its throughput two per cycle
+#: parts of the row (an accumulator each) of a loop that computes and sums an operand
+#: (``split_sum``): a float add's latency is four cycles, its throughput two per cycle
 REDUCTION_WAYS = 4
 #: how many rows ahead a row kernel with reductions prefetches its input rows
 PREFETCH_ROWS = 2

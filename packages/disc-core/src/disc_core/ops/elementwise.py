@@ -145,6 +145,17 @@ _UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], tuple[DType, ...], s
     "not": (_not, LOGICAL_DTYPES, "logical not of bool, bitwise not of integers"),
 }
 
+#: ops whose C form calls a math function (the prelude's inline polynomials or libm): a
+#: loop computing them is bound by their throughput (trait ``math_call``, which the row
+#: kernels' reduction loops consult, kernel_emit.split_sum)
+_MATH_CALLS = {"exp", "expm1", "log", "log1p", "tanh", "logistic", "erf", "sin", "cos", "tan",
+               "pow", "atan2", "rem"}
+
+
+def _traits(name: str, *more: str) -> frozenset[str]:
+    return Elementwise.traits | set(more) | ({"math_call"} if name in _MATH_CALLS else set())
+
+
 def _exp_c_expr(cls, op: Op, args: list[str]) -> str:
     """f32 exp without its overflow clamp where the graph proves the argument at most zero
     (``x - max(x)``, the shift of softmax and attention rows: value_facts.at_most_zero)."""
@@ -157,7 +168,7 @@ def _exp_c_expr(cls, op: Op, args: list[str]) -> str:
 for _name, (_fn, _dtypes, _doc) in _UNARY.items():
     type(f"Unary_{_name}", (Elementwise,), {
         "name": _name, "operands": ("x",), "dtypes": _dtypes, "fn": staticmethod(_fn),
-        "summary": _doc, "__doc__": _doc,
+        "summary": _doc, "__doc__": _doc, "traits": _traits(_name),
         **({"c_expr": classmethod(_exp_c_expr)} if _name == "exp" else {}),
     })
 
@@ -235,7 +246,7 @@ for _name, (_fn, _dtypes, _doc) in _BINARY.items():
     type(f"Binary_{_name}", (Elementwise,), {
         "name": _name, "operands": ("lhs", "rhs"), "dtypes": _dtypes, "fn": staticmethod(_fn),
         "summary": _doc, "__doc__": _doc,
-        "traits": Elementwise.traits | ({"commutative"} if _name in _COMMUTATIVE else set()),
+        "traits": _traits(_name, *(("commutative",) if _name in _COMMUTATIVE else ())),
         # x / s with s one value per row (softmax's sum, a norm's scale) may multiply by
         # 1 / s, which the C compiler hoists out of the row: at most an ulp apart
         "reciprocal_divisor": _name == "div",
