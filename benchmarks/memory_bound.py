@@ -817,6 +817,7 @@ def main(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     load_start = loadavg()
     others = provenance.OtherLoad()
+    speed_start = provenance.host_speed()
     print(f"memory_bound: {THREADS} threads (OMP_NUM_THREADS, torch.set_num_threads), "
           f"torch {torch.__version__}, disc-core {disc_core_version}, "
           f"{'quick' if args.quick else 'full'} run, {args.reps} rounds per shape", flush=True)
@@ -852,11 +853,14 @@ def main(args: argparse.Namespace) -> int:
         "python": platform.python_version(), "torch": torch.__version__,
         "disc_core": disc_core_version, "platform": platform.platform(),
         "source": source_state(),
+        "host_speed_start": speed_start,
     }
+    speed = provenance.finish(machine)
     report = io.StringIO()
     with contextlib.redirect_stdout(report):
         print_report(results, machine, tiny, failures)
     print(report.getvalue(), end="")
+    print(speed, flush=True)
     doc = {
         "machine": machine,
         "options": {"quick": args.quick, "reps": args.reps, "sample_ms": args.sample_ms,

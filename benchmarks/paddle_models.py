@@ -303,6 +303,7 @@ def main() -> int:
             if r["fallbacks"]:
                 print(f"     fallbacks: {r['fallbacks']}", flush=True)
     load_end = os.getloadavg()
+    print(provenance.finish(info), flush=True)
     result = {"machine": info, "op_library_build_s": op_build_s,
               "load_avg_1m": {"start": round(load_start[0], 2), "end": round(load_end[0], 2)},
               "rows": rows}

@@ -107,21 +107,97 @@ def commit() -> dict[str, Any]:
 def machine(threads: int, versions: dict[str, str | None],
             gemm_library: dict[str, Any]) -> dict[str, Any]:
     """The record every result file carries: CPU model and flags, cores, the threads each
-    contender ran with, commit, UTC date, Python and framework versions, and the GEMM
-    library of each contender (``{"eager": "torch's MKL", "disc": ...}``)."""
+    contender ran with, commit, UTC date, Python and framework versions, the GEMM
+    library of each contender (``{"eager": "torch's MKL", "disc": ...}``) and what the
+    host delivered when the run started (:func:`host_speed`; :func:`finish` adds the
+    same at the end)."""
     name, flags = cpu()
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
     return {
         "cpu": name, "cpu_id": cpu_identity(), "cpu_flags": flags, "cpus": os.cpu_count(),
         "threads": threads,
         **commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(), "versions": dict(versions),
-        "gemm_library": gemm_library, "load_avg_1m_start": load,
+        "gemm_library": gemm_library, "load_avg_1m_start": _load(),
+        "host_speed_start": host_speed(),
     }
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+#: a run whose host speed moved by more than this factor between start and end is flagged
+SPEED_DRIFT = 1.25
+
+
+def host_speed(repeats: int = 5, min_seconds: float = 0.06) -> dict[str, float]:
+    """What this machine delivers right now, in about a quarter of a second: a 64 MiB
+    array copy (past a 32 MB last-level cache; GB/s read + written), a 512^3 f32 numpy
+    matmul (GFLOP/s, numpy's BLAS and thread count) and a pure-Python loop (million
+    iterations/s: tracing and dispatch are interpreter-bound). Best of at least
+    ``repeats`` calls and ``min_seconds`` each (a 2-thread matmul's wake-ups vary).
+
+    The load average misses what matters on a shared VM: the same idle-looking 2-core
+    guest measured a 512 MiB stream copy at 26 GB/s in the morning and 7 GB/s in the
+    afternoon, and a GPT training step at 46 and then ~90 ms. Ratios measured side by side
+    in one run survive that; absolute milliseconds and comparisons between runs do not,
+    and these three figures (start and end) say which runs to compare."""
+    import numpy as np
+
+    def best(fn: Any) -> float:
+        fn()
+        times: list[float] = []
+        while len(times) < repeats or sum(times) < min_seconds:
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    src = np.ones(16 << 20, np.float32)
+    dst = np.zeros_like(src)  # written once: no page faults in the timed copies
+    copy_s = best(lambda: np.copyto(dst, src))
+    a = np.ones((512, 512), np.float32)
+    out = np.empty_like(a)
+    mm_s = best(lambda: np.matmul(a, a, out=out))
+    loop_s = best(lambda: sum(i & 7 for i in range(200_000)))
+    return {"copy_64mib_gbps": round(2 * src.nbytes / copy_s / 1e9, 2),
+            "numpy_sgemm_512_gflops": round(2 * 512**3 / mm_s / 1e9, 1),
+            "python_loop_mips": round(0.2 / loop_s, 2)}
+
+
+def speed_drift(start: dict[str, float], end: dict[str, float]) -> dict[str, Any]:
+    """end / start per figure of :func:`host_speed`, and whether any moved by more than
+    :data:`SPEED_DRIFT` either way (the run's absolute times are then suspect)."""
+    ratios = {k: round(end[k] / start[k], 3) for k in start if start.get(k) and k in end}
+    moved = [k for k, r in ratios.items() if not 1 / SPEED_DRIFT <= r <= SPEED_DRIFT]
+    return {"end_over_start": ratios, "moved": moved}
+
+
+def speed_line(speed: dict[str, float]) -> str:
+    return (f"copy {speed['copy_64mib_gbps']} GB/s, numpy sgemm "
+            f"{speed['numpy_sgemm_512_gflops']} GFLOP/s, python "
+            f"{speed['python_loop_mips']} M iterations/s")
+
+
+def finish(record: dict[str, Any]) -> str:
+    """Completes ``record`` at the end of a run (load average and host speed again, and
+    their drift) and returns the line to print about it."""
+    record["load_avg_1m_end"] = _load()
+    end = host_speed()
+    record["host_speed_end"] = end
+    start = record.get("host_speed_start") or {}
+    drift = record["host_speed_drift"] = speed_drift(start, end)
+    line = (f"host speed at start: {speed_line(start)}" if start else "") + (
+        f"; at end: {speed_line(end)}")
+    if drift["moved"]:
+        line += (f"\nWARNING: the host's speed moved during the run ({', '.join(drift['moved'])}"
+                 f": end/start {drift['end_over_start']}); the ratios were measured side by "
+                 "side, but absolute times are not comparable with other runs")
+    return line
 
 
 def headline(record: dict[str, Any]) -> str:

@@ -497,7 +497,7 @@ def main() -> int:
     out = ARGS.output or ROOT / "benchmarks" / "results" / (
         "tf_models.quick.json" if ARGS.quick else "tf_models.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    info["load_avg_1m_end"] = load_end[0]
+    print(provenance.finish(info), flush=True)
     out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out}")
     # DISC's contenders only: XLA's own differences from TF (2.1e-3 once on AMD) are

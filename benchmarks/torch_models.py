@@ -389,7 +389,7 @@ def main() -> int:
         print(f"{r['model']:4} {r['mode']:9} own-BLAS column (not the headline): eager "
               f"x{r['own_blas']['speedup_vs_eager']:.2f} with "
               f"{r['own_blas']['disc_gemm_library']['f32_gemm']}", flush=True)
-    info["load_avg_1m_end"] = os.getloadavg()[0]
+    print(provenance.finish(info), flush=True)
     out = ARGS.output or ROOT / "benchmarks" / "results" / (
         "torch_models.quick.json" if ARGS.quick else "torch_models.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,3 +39,26 @@ def test_the_record_and_headline_carry_the_cpu_identity():
     assert provenance.headline(fake).startswith("machine: AMD EPYC [Zen 3/Zen 4, LLC 32 MB] (")
     older = {**fake, "cpu_id": {}}  # a record from before the identity was kept
     assert provenance.headline(older).startswith("machine: AMD EPYC (")
+
+
+def test_host_speed_measures_copy_matmul_and_interpreter():
+    speed = provenance.host_speed(repeats=2, min_seconds=0.0)
+    assert set(speed) == {"copy_64mib_gbps", "numpy_sgemm_512_gflops", "python_loop_mips"}
+    assert all(v > 0 for v in speed.values())
+
+
+def test_a_run_whose_host_slowed_down_is_flagged(monkeypatch):
+    start = {"copy_64mib_gbps": 26.0, "numpy_sgemm_512_gflops": 150.0, "python_loop_mips": 22.0}
+    record = provenance.machine(2, {}, {})
+    record["host_speed_start"] = start
+    monkeypatch.setattr(provenance, "host_speed", lambda: dict(start, copy_64mib_gbps=25.0))
+    line = provenance.finish(record)
+    assert record["host_speed_end"]["copy_64mib_gbps"] == 25.0
+    assert record["host_speed_drift"]["moved"] == [] and "WARNING" not in line
+    assert record["load_avg_1m_end"] is not None and "at end: copy 25.0 GB/s" in line
+    slow = dict(start, copy_64mib_gbps=7.0, python_loop_mips=11.0)
+    monkeypatch.setattr(provenance, "host_speed", lambda: slow)
+    line = provenance.finish(record)
+    assert record["host_speed_drift"]["moved"] == ["copy_64mib_gbps", "python_loop_mips"]
+    assert record["host_speed_drift"]["end_over_start"]["copy_64mib_gbps"] == 0.269
+    assert "WARNING: the host's speed moved" in line
