@@ -846,14 +846,13 @@ def main(args: argparse.Namespace) -> int:
             "eager": "torch's MKL", "inductor": "torch's MKL (extern mm)",
             "disc": {"f32_gemm": provenance.library_name(choice.get("f32_gemm")),
                      "library": provenance.library_name(choice.get("library")),
-                     "reason": choice.get("reason")}}),
+                     "reason": choice.get("reason")}}, speed_start),
         "stream_gbps": stream["best_gbps"], "stream": stream,
         "loadavg_start": load_start, "loadavg_end": loadavg(),
         "other_processes_cpu_pct": others.pct(),
         "python": platform.python_version(), "torch": torch.__version__,
         "disc_core": disc_core_version, "platform": platform.platform(),
         "source": source_state(),
-        "host_speed_start": speed_start,
     }
     speed = provenance.finish(machine)
     report = io.StringIO()

@@ -104,13 +104,14 @@ def commit() -> dict[str, Any]:
         return {"commit": None, "dirty": None}
 
 
-def machine(threads: int, versions: dict[str, str | None],
-            gemm_library: dict[str, Any]) -> dict[str, Any]:
+def machine(threads: int, versions: dict[str, str | None], gemm_library: dict[str, Any],
+            speed_start: dict[str, float] | None = None) -> dict[str, Any]:
     """The record every result file carries: CPU model and flags, cores, the threads each
     contender ran with, commit, UTC date, Python and framework versions, the GEMM
     library of each contender (``{"eager": "torch's MKL", "disc": ...}``) and what the
-    host delivered when the run started (:func:`host_speed`; :func:`finish` adds the
-    same at the end)."""
+    host delivered when the run started (``speed_start``, a :func:`host_speed` taken then
+    by a script that makes the record at its end; measured now when not given.
+    :func:`finish` adds the same at the end)."""
     name, flags = cpu()
     return {
         "cpu": name, "cpu_id": cpu_identity(), "cpu_flags": flags, "cpus": os.cpu_count(),
@@ -119,7 +120,7 @@ def machine(threads: int, versions: dict[str, str | None],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(), "versions": dict(versions),
         "gemm_library": gemm_library, "load_avg_1m_start": _load(),
-        "host_speed_start": host_speed(),
+        "host_speed_start": speed_start or host_speed(),
     }
 
 
