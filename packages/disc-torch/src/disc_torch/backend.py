@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch._dynamo.config as dynamo_config
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import TorchRuntimeError
 from torch._functorch import config as functorch_config
@@ -38,10 +37,10 @@ from .precompile import (
     GraphPackage,
     NotCacheable,
     caching_active,
-    caching_graphs,
     forward_of,
 )
 from .saved_views import save_permute_bases
+from .trace_scope import asking, tracing_config  # noqa: F401  (tracing_config: documented here)
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -133,37 +132,6 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         return gm.forward
 
 
-@contextlib.contextmanager
-def tracing_config(specialize_floats: bool) -> Iterator[None]:
-    """How ``optimize`` asks dynamo to trace.
-
-    * sizes 0 and 1 are traced like any other size (one graph, one DISC compile per rank);
-    * Python floats (eps, scales) are constants: otherwise dynamo traces them symbolically,
-      finds they must become tensors and restarts the whole analysis (about 2x the
-      tracing time). A float argument that changes every call then recompiles: turn
-      ``specialize_floats`` off for such code;
-    * without fake-tensor caching: under the 0/1 rules above its entries can disagree with
-      a size's hint (torch 2.13 asserted ``False != True`` tracing the backward of a
-      ``bmm`` of a transpose with a size-1 dim, and the whole graph ran eagerly), and
-      tracing without it was 7-12% faster on the benchmark models (the keys cost more
-      than they save on symbolic shapes).
-
-    Set and restored by hand: this wraps every call, and ``config.patch`` costs about
-    33 us against a few us for attribute writes."""
-    import torch.fx.experimental._config as fx_config
-
-    previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
-                dynamo_config.fake_tensor_cache_enabled)
-    fx_config.backed_size_oblivious = True
-    dynamo_config.specialize_float = specialize_floats or previous[1]
-    dynamo_config.fake_tensor_cache_enabled = False
-    try:
-        yield
-    finally:
-        (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
-         dynamo_config.fake_tensor_cache_enabled) = previous
-
-
 def optimize(model_or_fn: Any, **options: Any) -> Any:
     """``torch.compile`` with the DISC backend and dynamic shapes; the one-line way in.
 
@@ -189,7 +157,7 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
                 package.forget_loaded()
                 package = None
                 compiled = _dynamo(model_or_fn, options, config, None)
-        with tracing_config(config.specialize_floats), caching_graphs(package is not None):
+        with asking(True, config.specialize_floats, package is not None):
             out = compiled(*args, **kwargs)
         if package is not None:
             package.save_if_grown()
@@ -207,7 +175,7 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
             warn_once(f"DISC: tracing with sizes 0 and 1 treated like other sizes failed "
                       f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); that call "
                       "is traced with torch's own rules for them")
-            with caching_graphs(package is not None):
+            with asking(False, False, package is not None):
                 return compiled(*args, **kwargs)
 
     if isinstance(model_or_fn, torch.nn.Module):

@@ -1,0 +1,112 @@
+"""DISC's tracing settings, in force only while dynamo compiles a call of an optimized callable.
+
+``disc_torch.optimize`` traces with settings of its own (:func:`tracing_config`) and, with
+a graph package, has aot_autograd bundle what it compiles (``precompile.caching_graphs``).
+Both are torch config attributes, whose writes are slow: set and restored around every
+call they cost about 45 us of a tiny call's ~130 us on a 2-core AMD EPYC, while they
+matter only in the calls where dynamo traces (a new rank, a guard failure), which are rare.
+
+So a call only notes what it asks for (:func:`asking`, a thread-local attribute), and
+dynamo's compile-start and compile-end callbacks (``torch._dynamo.callback_handler``, run
+around every dynamo compile of the outermost frame) put the settings in force and restore
+them when a compile actually happens in a call that asked. The callbacks are registered
+again whenever they are missing: ``torch._dynamo.reset()`` clears them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch._dynamo
+import torch._dynamo.config as dynamo_config
+
+from .precompile import caching_graphs
+
+__all__ = ["asking", "tracing_config"]
+
+
+@contextlib.contextmanager
+def tracing_config(specialize_floats: bool) -> Iterator[None]:
+    """How ``optimize`` asks dynamo to trace.
+
+    * sizes 0 and 1 are traced like any other size (one graph, one DISC compile per rank);
+    * Python floats (eps, scales) are constants: otherwise dynamo traces them symbolically,
+      finds they must become tensors and restarts the whole analysis (about 2x the
+      tracing time). A float argument that changes every call then recompiles: turn
+      ``specialize_floats`` off for such code;
+    * without fake-tensor caching: under the 0/1 rules above its entries can disagree with
+      a size's hint (torch 2.13 asserted ``False != True`` tracing the backward of a
+      ``bmm`` of a transpose with a size-1 dim, and the whole graph ran eagerly), and
+      tracing without it was 7-12% faster on the benchmark models (the keys cost more
+      than they save on symbolic shapes)."""
+    import torch.fx.experimental._config as fx_config
+
+    previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
+                dynamo_config.fake_tensor_cache_enabled)
+    fx_config.backed_size_oblivious = True
+    dynamo_config.specialize_float = specialize_floats or previous[1]
+    dynamo_config.fake_tensor_cache_enabled = False
+    try:
+        yield
+    finally:
+        (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
+         dynamo_config.fake_tensor_cache_enabled) = previous
+
+
+class _Asked(threading.local):
+    #: (trace with tracing_config?, its specialize_floats, bundle for a package?) of the
+    #: optimized call running in this thread, None outside one
+    settings: tuple[bool, bool, bool] | None = None
+
+    def __init__(self) -> None:
+        #: one entry per compile started in this thread: the settings put in force for
+        #: it (an ExitStack to close at its end), or None
+        self.in_force: list[contextlib.ExitStack | None] = []
+
+
+_asked = _Asked()
+
+
+def _compile_started(_args: Any) -> None:
+    settings = _asked.settings
+    if settings is None:
+        _asked.in_force.append(None)
+        return
+    trace, specialize_floats, caching = settings
+    stack = contextlib.ExitStack()
+    if trace:
+        stack.enter_context(tracing_config(specialize_floats))
+    stack.enter_context(caching_graphs(caching))
+    _asked.in_force.append(stack)
+
+
+def _compile_ended(_args: Any) -> None:
+    if _asked.in_force:
+        stack = _asked.in_force.pop()
+        if stack is not None:
+            stack.close()
+
+
+def _register() -> None:
+    handler = torch._dynamo.callback_handler
+    if _compile_started not in handler.start_callbacks:
+        handler.register_start_callback(_compile_started)
+    if _compile_ended not in handler.end_callbacks:
+        handler.register_end_callback(_compile_ended)
+
+
+@contextlib.contextmanager
+def asking(trace: bool, specialize_floats: bool, caching: bool) -> Iterator[None]:
+    """Within it, a dynamo compile in this thread runs with :func:`tracing_config` (when
+    ``trace``) and ``caching_graphs(caching)``; calls that compile nothing pay two
+    attribute writes."""
+    _register()
+    previous = _asked.settings
+    _asked.settings = (trace, specialize_floats, caching)
+    try:
+        yield
+    finally:
+        _asked.settings = previous
