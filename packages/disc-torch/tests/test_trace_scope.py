@@ -11,6 +11,7 @@ import torch.fx.experimental._config as fx_config
 
 import disc_torch
 import disc_torch.backend as backend
+import disc_torch.trace_scope as trace_scope
 from disc_torch.precompile import caching_active
 
 
@@ -75,3 +76,18 @@ def test_settings_come_back_after_dynamo_reset(monkeypatch):
     torch._dynamo.reset()  # clears dynamo's compile callbacks
     disc_torch.optimize(lambda x: x + 1, min_cluster_size=1)(torch.randn(2, 3))
     assert [s["backed_size_oblivious"] for s in seen] == [True, True]
+
+
+def test_without_dynamos_callback_api_the_settings_wrap_the_call(monkeypatch):
+    """Where torch has no usable ``torch._dynamo.callback_handler`` (``_register`` says
+    so), the settings are written around the whole call, as before, and still hold during
+    the compile."""
+    seen = _spy(monkeypatch)
+    outside = _settings()
+    monkeypatch.setattr(trace_scope, "_register", lambda: False)
+    fn = lambda x: x * 3  # noqa: E731
+    compiled = disc_torch.optimize(fn, min_cluster_size=1, cache_graphs=False)
+    x = torch.randn(2, 5)
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert _settings() == outside
+    assert [s["backed_size_oblivious"] for s in seen] == [True]

@@ -90,12 +90,18 @@ def _compile_ended(_args: Any) -> None:
             stack.close()
 
 
-def _register() -> None:
-    handler = torch._dynamo.callback_handler
-    if _compile_started not in handler.start_callbacks:
-        handler.register_start_callback(_compile_started)
-    if _compile_ended not in handler.end_callbacks:
-        handler.register_end_callback(_compile_ended)
+def _register() -> bool:
+    """Registers the callbacks where missing; False when this torch has no such API (the
+    settings are then written around the whole call, as before)."""
+    handler = getattr(torch._dynamo, "callback_handler", None)
+    try:
+        if _compile_started not in handler.start_callbacks:
+            handler.register_start_callback(_compile_started)
+        if _compile_ended not in handler.end_callbacks:
+            handler.register_end_callback(_compile_ended)
+    except AttributeError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -103,7 +109,13 @@ def asking(trace: bool, specialize_floats: bool, caching: bool) -> Iterator[None
     """Within it, a dynamo compile in this thread runs with :func:`tracing_config` (when
     ``trace``) and ``caching_graphs(caching)``; calls that compile nothing pay two
     attribute writes."""
-    _register()
+    if not _register():
+        with contextlib.ExitStack() as stack:
+            if trace:
+                stack.enter_context(tracing_config(specialize_floats))
+            stack.enter_context(caching_graphs(caching))
+            yield
+        return
     previous = _asked.settings
     _asked.settings = (trace, specialize_floats, caching)
     try:
