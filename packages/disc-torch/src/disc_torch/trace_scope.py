@@ -77,10 +77,10 @@ def _compile_started(_args: Any) -> None:
         return
     trace, specialize_floats, caching = settings
     stack = contextlib.ExitStack()
-    if trace:
+    _asked.in_force.append(stack)  # first: the end callback pairs with it even if an
+    if trace:                      # enter below raises (it then undoes what was entered)
         stack.enter_context(tracing_config(specialize_floats))
     stack.enter_context(caching_graphs(caching))
-    _asked.in_force.append(stack)
 
 
 def _compile_ended(_args: Any) -> None:
