@@ -192,8 +192,8 @@ def finish(record: dict[str, Any]) -> str:
     record["host_speed_end"] = end
     start = record.get("host_speed_start") or {}
     drift = record["host_speed_drift"] = speed_drift(start, end)
-    line = (f"host speed at start: {speed_line(start)}" if start else "") + (
-        f"; at end: {speed_line(end)}")
+    line = "host speed " + (f"at start: {speed_line(start)}; " if start else "") + (
+        f"at end: {speed_line(end)}")
     if drift["moved"]:
         line += (f"\nWARNING: the host's speed moved during the run ({', '.join(drift['moved'])}"
                  f": end/start {drift['end_over_start']}); the ratios were measured side by "

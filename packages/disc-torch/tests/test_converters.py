@@ -239,7 +239,7 @@ LINALG_CASES = [
     Case("linear", lambda a, w: F.linear(a, w, w[0]),
          lambda r, c, dt, g: (rand(r, c, dt, g), rand(c, c, dt, g)), grad=True),
     # strict: tracing their backward with a size-1 dim once failed in torch's fake-tensor
-    # cache and the whole graph ran eagerly (disc_torch.backend.tracing_config)
+    # cache and the whole graph ran eagerly (disc_torch.trace_scope.tracing_config)
     Case("bmm", lambda a: torch.bmm(a, a.transpose(1, 2)) * 0.5, rows3, grad=True,
          strict_backward=True),
     Case("matmul4d", lambda a: (a.unsqueeze(0) @ a.transpose(1, 2).unsqueeze(0)).sum(0), rows3,

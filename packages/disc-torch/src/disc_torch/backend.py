@@ -40,7 +40,7 @@ from .precompile import (
     forward_of,
 )
 from .saved_views import save_permute_bases
-from .trace_scope import asking, tracing_config  # noqa: F401  (tracing_config: documented here)
+from .trace_scope import asking
 
 __all__ = ["disc_backend", "get_compiler", "optimize"]
 
@@ -113,8 +113,9 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     try:
         rewrite_causal_attention(gm)  # forward and backward become the fused ops
-        # aot_autograd traces without fake-tensor caching too (see tracing_config), also
-        # when the graph came from torch.compile(backend="disc")
+        # aot_autograd traces without fake-tensor caching too (see
+        # trace_scope.tracing_config), also when the graph came from
+        # torch.compile(backend="disc")
         with (disable_fake_tensor_cache(fake_mode) if fake_mode is not None
               else contextlib.nullcontext()):
             return backend(gm, example_inputs)
@@ -138,9 +139,9 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     Keyword arguments are :class:`DiscConfig` fields (``min_cluster_size``,
     ``excluded_ops``, ``report_path``, ``accuracy_check``, ...). Sizes 0 and 1 are traced
     like other sizes, so a stream of shapes of one rank compiles once (see
-    :func:`tracing_config`). What it traces is kept on disk (``cache_graphs``, see
-    :mod:`disc_torch.precompile`): a new process with the same model and code runs it
-    without tracing or compiling.
+    :func:`~disc_torch.trace_scope.tracing_config`). What it traces is kept on disk
+    (``cache_graphs``, see :mod:`disc_torch.precompile`): a new process with the same model
+    and code runs it without tracing or compiling.
     """
     config = DiscConfig.resolve(options)
     package = _open_package(model_or_fn, config)

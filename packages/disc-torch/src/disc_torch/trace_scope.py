@@ -70,17 +70,21 @@ class _Asked(threading.local):
 _asked = _Asked()
 
 
+def _enter(stack: contextlib.ExitStack, trace: bool, specialize_floats: bool,
+           caching: bool) -> None:
+    if trace:
+        stack.enter_context(tracing_config(specialize_floats))
+    stack.enter_context(caching_graphs(caching))
+
+
 def _compile_started(_args: Any) -> None:
     settings = _asked.settings
     if settings is None:
         _asked.in_force.append(None)
         return
-    trace, specialize_floats, caching = settings
     stack = contextlib.ExitStack()
     _asked.in_force.append(stack)  # first: the end callback pairs with it even if an
-    if trace:                      # enter below raises (it then undoes what was entered)
-        stack.enter_context(tracing_config(specialize_floats))
-    stack.enter_context(caching_graphs(caching))
+    _enter(stack, *settings)       # enter raises (it then undoes what was entered)
 
 
 def _compile_ended(_args: Any) -> None:
@@ -111,9 +115,7 @@ def asking(trace: bool, specialize_floats: bool, caching: bool) -> Iterator[None
     attribute writes."""
     if not _register():
         with contextlib.ExitStack() as stack:
-            if trace:
-                stack.enter_context(tracing_config(specialize_floats))
-            stack.enter_context(caching_graphs(caching))
+            _enter(stack, trace, specialize_floats, caching)
             yield
         return
     previous = _asked.settings
