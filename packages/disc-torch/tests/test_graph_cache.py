@@ -195,6 +195,92 @@ def test_an_edited_forward_is_traced_again(tmp_path):
     _assert_matches_eager(edited)
 
 
+def _script_variant(tmp_path: Path, *edits: tuple[str, str]) -> None:
+    """Write the test script with ``edits`` (old, new) applied, each exactly once."""
+    text = SCRIPT
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (tmp_path / "cached_model.py").write_text(text)
+
+
+#: the loss comes from a property whose getter dynamo cannot inline (a graph break
+#: inside): dynamo compiles the getter as a frame of its own, which it has no dotted name
+#: for (transformers' ``loss_function`` under GPT-2 with labels)
+PROPERTY_LOSS = (
+    ("    def forward(self, x, y):",
+     "    @property\n"
+     "    def loss_fn(self):\n"
+     "        torch._dynamo.graph_break()\n"
+     "        return F.cross_entropy\n\n"
+     "    def forward(self, x, y):"),
+    ("return F.cross_entropy(", "return self.loss_fn("),
+)
+
+#: forward wrapped twice, the inner wrapper closing over a flag: dynamo guards the flag
+#: through the wrapper's closure, and the package it writes does not install again
+#: (transformers' ``can_return_tuple`` over ``deprecate_kwarg``)
+DECORATED_FORWARD = (
+    ("class Net(nn.Module):",
+     "import functools\n\n"
+     "def outer(func):\n"
+     "    @functools.wraps(func)\n"
+     "    def wrapper(self, *a, **k):\n"
+     "        return func(self, *a, **k)\n"
+     "    return wrapper\n\n"
+     "def flagged(enabled):\n"
+     "    def deco(func):\n"
+     "        @functools.wraps(func)\n"
+     "        def wrapped(*a, **k):\n"
+     "            if enabled:\n"
+     "                print('flag on')\n"
+     "            return func(*a, **k)\n"
+     "        return wrapped\n"
+     "    return deco\n\n"
+     "class Net(nn.Module):"),
+    ("    def forward(self, x, y):",
+     "    @outer\n    @flagged(False)\n    def forward(self, x, y):"),
+)
+
+
+def test_a_frame_dynamo_cannot_name_runs_and_the_rest_is_kept(tmp_path):
+    """dynamo raised PackageError out of the user's call for such a frame; now it is
+    compiled and run as usual and left out of the package, which a new process loads."""
+    cache = tmp_path / "disc-cache"
+    _script_variant(tmp_path, *PROPERTY_LOSS)
+    cold = _run(tmp_path, cache)
+    _assert_matches_eager(cold)
+    assert not [w for w in cold["warnings"] if "cache" in w], cold["warnings"]
+    assert len(_packages(cache)) == 1
+    hot = _run(tmp_path, cache, shapes="3,1,6,11")
+    _assert_matches_eager(hot)
+    assert not hot["warnings"], hot["warnings"]
+    assert hot["traced"] < cold["traced"], (hot["traced"], cold["traced"])
+    assert hot["losses"][:3] == cold["losses"]
+
+
+def test_a_package_that_does_not_install_is_not_written_again(tmp_path):
+    """The package a decorated forward leaves fails to install in the next process. Its
+    partial install is undone (it used to collide with the trace that followed: "Name
+    '__builtins_dict___0' already exists in scope"), the process traces and runs, and
+    from then on no process writes or reads a package for that callable."""
+    cache = tmp_path / "disc-cache"
+    _script_variant(tmp_path, *DECORATED_FORWARD)
+    cold = _run(tmp_path, cache)
+    _assert_matches_eager(cold)
+    (package,) = _packages(cache)
+    written = package.stat().st_mtime_ns
+    second = _run(tmp_path, cache)
+    _assert_matches_eager(second)
+    assert second["traced"] == cold["traced"]
+    assert any("cannot be kept on disk" in w for w in second["warnings"]), second["warnings"]
+    assert package.with_suffix(".unusable").exists()
+    third = _run(tmp_path, cache)
+    _assert_matches_eager(third)
+    assert any("an earlier process found" in w for w in third["warnings"]), third["warnings"]
+    assert package.stat().st_mtime_ns == written
+
+
 def test_code_without_a_source_file_is_not_cached(tmp_path):
     code = ("import torch, disc_torch\n"
             "f = disc_torch.optimize(lambda x: torch.relu(x) * 2 + 1)\n"
@@ -306,3 +392,41 @@ def test_a_ddp_module_is_optimized_without_a_graph_package(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "cache is off" not in proc.stderr, proc.stderr[-3000:]
     assert not _packages(cache)
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))).sum()
+
+
+def test_a_package_failure_inside_dynamo_falls_back_to_tracing_without_it(monkeypatch):
+    """Whatever else dynamo's package bookkeeping raises while compiling (here: every
+    frame it records) costs the cache, not the call: the call runs without it, once."""
+    from torch._dynamo.exc import PackageError
+
+    import disc_torch.precompile as precompile
+
+    def failing(package):
+        def code_context(code):
+            raise PackageError(f"simulated: cannot record {code.co_name}")
+        package.code_context = code_context
+
+    monkeypatch.setattr(precompile, "_record_unnamed_frames", failing)
+    torch.manual_seed(0)
+    model, reference = _TwoLayers(), _TwoLayers()
+    reference.load_state_dict(model.state_dict())
+    run = disc_torch.optimize(model)
+    with pytest.warns(UserWarning, match="cache is off.*simulated: cannot record forward"):
+        for n in (4, 7):
+            x = torch.randn(n, 6)
+            got, want = run(x), reference(x)
+            torch.testing.assert_close(got, want)
+            got.backward()
+            want.backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert disc_torch.compile_count() >= 1

@@ -139,6 +139,27 @@ def test_gpt2_lm_head_model(transformers):
     _run(model, _token_batches(TEXT_SHAPES, 101, seed=2), lambda out: out.loss)
 
 
+def test_gpt2_trains_through_optimize_with_its_default_loss(transformers):
+    """The one-line way in, as a user writes it: ``disc_torch.optimize`` (graph package on)
+    and the loss transformers picks by itself. Its ``loss_function`` property logs a
+    warning dynamo cannot trace, so dynamo compiles the getter as a frame of its own,
+    which its package cannot name: that used to raise PackageError out of the first
+    training step."""
+    torch.manual_seed(0)
+    config = _no_dropout(transformers.GPT2Config(
+        vocab_size=101, n_positions=64, n_embd=32, n_layer=2, n_head=4))
+    model = transformers.GPT2LMHeadModel(config)
+    model.train()
+    twin = copy.deepcopy(model)
+    compiled = disc_torch.optimize(twin)
+    results = train_in_lockstep(model, twin, compiled,
+                                _token_batches(TEXT_SHAPES[:3], 101, seed=2),
+                                lambda out: out.loss)
+    assert len(results) == 3
+    graphs = disc_torch.report().graphs
+    assert any(n.status.value == "compiled" for g in graphs for n in g.nodes), graphs
+
+
 def test_llama_for_causal_lm(transformers):
     torch.manual_seed(0)
     config = _no_dropout(transformers.LlamaConfig(

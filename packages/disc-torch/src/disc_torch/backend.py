@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
-from torch._dynamo.exc import TorchRuntimeError
+from torch._dynamo.exc import PackageError, TorchRuntimeError
 from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler, make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -147,19 +147,33 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
     package = _open_package(model_or_fn, config)
     compiled = _dynamo(model_or_fn, options, config, package)
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def without_package(reason: str) -> None:
         nonlocal package, compiled
+        warn_once(f"DISC: the traced-graph cache is off for this callable ({reason}); "
+                  "it is traced again with all of dynamo's guards")
+        package.forget_loaded()
+        package = None
+        compiled = _dynamo(model_or_fn, options, config, None)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
         if package is not None:
             try:
                 package.pins.check(args, kwargs)
             except PinError as exc:
-                warn_once(f"DISC: the traced-graph cache is off for this callable ({exc}); "
-                          "it is traced again with all of dynamo's guards")
-                package.forget_loaded()
-                package = None
-                compiled = _dynamo(model_or_fn, options, config, None)
-        with asking(True, config.specialize_floats, package is not None):
-            out = compiled(*args, **kwargs)
+                without_package(str(exc))
+        try:
+            with asking(True, config.specialize_floats, package is not None):
+                out = compiled(*args, **kwargs)
+        except PackageError as exc:
+            if package is None:
+                raise
+            # dynamo's package bookkeeping failed while compiling a frame (before that
+            # frame ran): the cache is never a reason to fail a call, so the call runs
+            # again without it (frames of it that already ran, before a graph break, run
+            # twice: no tensor they made is kept)
+            without_package(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            with asking(True, config.specialize_floats, False):
+                out = compiled(*args, **kwargs)
         if package is not None:
             package.save_if_grown()
         return out

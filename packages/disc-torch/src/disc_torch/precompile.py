@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import itertools
 import os
 import pickle
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch._dynamo.exc import PackageError
 from torch._dynamo.package import CompilePackage, PrecompileCacheEntry
 from torch._dynamo.precompile_context import PrecompileContext
 from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
@@ -180,11 +182,22 @@ class GraphPackage:
         self._loaded_bytes: bytes | None = None
         self._backends_seen = 0
         self.loaded = False
+        #: why this callable's package is neither loaded nor written (None: it is)
+        self.unusable: str | None = None
+        self.unusable_marker = self.path.with_suffix(".unusable")
         self.package = self._load(fn)
+        _record_unnamed_frames(self.package)
 
     def _load(self, fn: Any) -> CompilePackage:
+        if self.unusable_marker.exists():
+            self.unusable = _read_reason(self.unusable_marker)
+            warn_once(f"DISC: what dynamo traced for {_name_of(fn)} cannot be kept on disk "
+                      f"(an earlier process found: {self.unusable}); it is traced in every "
+                      "process (its compiled clusters still come from the compile cache)")
+            return CompilePackage(fn, None)
         if not self.path.exists():
             return CompilePackage(fn, None)
+        package = None
         try:
             data = self.path.read_bytes()
             entry, pins = pickle.loads(data)
@@ -195,14 +208,31 @@ class GraphPackage:
             # the bytes are kept for when the package grows: installing thaws the graphs
             # inside these artifacts in place, and a deep copy costs more than a re-read
             self._loaded_bytes = data
+            scopes = _global_scopes(entry)
+            before = [set(scope) for scope in scopes]
             package = CompilePackage(fn, entry.dynamo)
             package.install(entry.backends)
             _skip_installed_names(package)
         except Exception as exc:  # a stale or damaged entry costs a trace, never the run
+            installing = package is not None
+            if installing:
+                # what was installed before the failure (a resume function, a builtins
+                # dict under dynamo's global names) would collide with the next trace
+                _uninstall(package, scopes, before)
             self._loaded_bytes = None
             self.pins = IdentityPins(fn)
-            warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
-                      f"({type(exc).__name__}: {str(exc)[:200]}); tracing again")
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if installing and self.path.stat().st_size:
+                # written whole and read back, it still does not install: this process
+                # would only write the same again, so none writes it for this key
+                self.unusable = reason
+                _write_reason(self.unusable_marker, reason)
+                warn_once(f"DISC: what dynamo traced for {_name_of(fn)} cannot be kept on "
+                          f"disk ({reason}); it is traced in every process (its compiled "
+                          "clusters still come from the compile cache)")
+            else:
+                warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
+                          f"({reason}); tracing again")
             return CompilePackage(fn, None)
         self._saved = set(entry.backends)
         self.loaded = True
@@ -228,7 +258,7 @@ class GraphPackage:
         if seen == self._backends_seen:
             return
         self._backends_seen = seen
-        if selection.allowed_keys() is not None:
+        if selection.allowed_keys() is not None or self.unusable is not None:
             return
         try:
             self._save()
@@ -241,7 +271,8 @@ class GraphPackage:
         if not package.is_initialized() or package._current_entry is not None:
             return
         entry = package.cache_entry()
-        ids = {str(b) for code in entry.codes for b in code.backend_ids}
+        # a bypassed frame's graphs are never installed from the package: not kept
+        ids = {str(b) for code in entry.codes if not code.bypassed for b in code.backend_ids}
         if not ids or ids <= self._saved:
             return
         if self.pins.unsafe:
@@ -267,6 +298,84 @@ class GraphPackage:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _record_unnamed_frames(package: CompilePackage) -> None:
+    """Let ``package`` meet frames it cannot name without failing the call.
+
+    dynamo records every frame it compiles under a package by a dotted path a new process
+    can look the code up by. Some frames have none: a property's getter that dynamo could
+    not inline (a graph break inside it; transformers' ``loss_function`` under GPT-2 with
+    labels), a function made inside another. dynamo then raises ``PackageError`` out of
+    the user's call. Here such a frame gets an entry without a name, marked bypassed as
+    dynamo marks the frames whose guards it cannot save: it is compiled and runs as usual,
+    and the package keeps nothing of it, so a new process traces it again (its other
+    frames still load)."""
+    original = package.code_context
+
+    @contextlib.contextmanager
+    def code_context(code: Any) -> Iterator[None]:
+        if code not in package._codes:
+            try:
+                package._add_user_function(code)
+            except PackageError:
+                module = inspect.getmodule(code) or sys.modules[_innermost_module(package)]
+                package._add_function(code, module.__name__)
+                package._codes[code].bypassed = True
+        with original(code):
+            yield
+
+    package.code_context = code_context
+
+
+def _global_scopes(entry: PrecompileCacheEntry) -> list[dict[str, Any]]:
+    """The global dicts a package's ``install`` writes into (its frames' modules)."""
+    names = {code.python_module for code in entry.dynamo.codes}
+    return [vars(sys.modules[n]) for n in sorted(names) if n in sys.modules]
+
+
+def _uninstall(package: CompilePackage, scopes: list[dict[str, Any]],
+               before: list[set[str]]) -> None:
+    """Undo a partial ``install``: the globals it put in modules (``scopes``, whose names
+    were ``before``; dynamo's builtins dict is not in the package's own list) and the
+    compiled entries it attached to live code objects (the callable's own, and those
+    found by name)."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+    from torch._dynamo.package import _lookup_code
+
+    with contextlib.suppress(Exception):
+        package.uninstall()
+    for scope, names in zip(scopes, before, strict=True):
+        for name in [n for n in scope if n not in names and n.startswith("__")]:
+            del scope[name]
+    for entry in package._codes.values():
+        if entry.code_source:
+            with contextlib.suppress(Exception):
+                _reset_precompile_entries(_lookup_code(entry))
+
+
+def _name_of(fn: Any) -> str:
+    inner = getattr(fn, "__func__", fn)
+    return getattr(inner, "__qualname__", type(inner).__name__)
+
+
+def _write_reason(path: Path, reason: str) -> None:
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(reason + "\n")
+
+
+def _read_reason(path: Path) -> str:
+    try:
+        return path.read_text().strip() or "no reason recorded"
+    except OSError as exc:
+        return f"unreadable marker: {exc}"
+
+
+def _innermost_module(package: CompilePackage) -> str:
+    """The module of the function ``package`` was made for (where an unnamed frame's
+    entry is filed when its own module cannot be found)."""
+    return package._innermost_fn.__module__
 
 
 def _skip_installed_names(package: CompilePackage) -> None:
