@@ -28,6 +28,7 @@ import functools
 import hashlib
 import inspect
 import itertools
+import logging
 import os
 import pickle
 import re
@@ -211,7 +212,8 @@ class GraphPackage:
             scopes = _global_scopes(entry)
             before = [set(scope) for scope in scopes]
             package = CompilePackage(fn, entry.dynamo)
-            package.install(entry.backends)
+            with _guard_errors_unlogged():  # a failure is DISC's warning below, once
+                package.install(entry.backends)
             _skip_installed_names(package)
         except Exception as exc:  # a stale or damaged entry costs a trace, never the run
             installing = package is not None
@@ -326,6 +328,20 @@ def _record_unnamed_frames(package: CompilePackage) -> None:
             yield
 
     package.code_context = code_context
+
+
+@contextlib.contextmanager
+def _guard_errors_unlogged() -> Iterator[None]:
+    """torch logs a traceback at ERROR level for every guard it fails to build (about 20
+    lines under a transformers model whose package does not install) before the error
+    reaches :meth:`GraphPackage._load`, which reports it as one warning."""
+    guards_log = logging.getLogger("torch._guards")
+    previous = guards_log.disabled
+    guards_log.disabled = True
+    try:
+        yield
+    finally:
+        guards_log.disabled = previous
 
 
 def _global_scopes(entry: PrecompileCacheEntry) -> list[dict[str, Any]]:
