@@ -924,6 +924,8 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
                 return False
     if _duplicable(p):
         return not _is_constant(p) or not p.results[0].rank
+    if p.opdef.has_trait("math_call") and _recomputed_per_outer_index(need, k.rank):
+        return False
     becomes_row = False
     if _is_reduction(p):
         if k.split_concat is not None:
@@ -959,6 +961,22 @@ def _can_join(k: Kernel, p: Op, v: Value, need: DimMap, users: dict[Value, list[
     if becomes_row:
         k.kind = "row"
     return verdict
+
+
+def _recomputed_per_outer_index(need: DimMap, rank: int) -> bool:
+    """Would a value the kernel reads through dim map ``need`` be computed again for
+    every index of a kernel dim it does not vary along, outside the dims it does?
+
+    A math function (exp, cos, erf: tens of instructions per element) fused through a
+    broadcast along such a dim runs once per broadcast index: Llama's rotary embedding
+    takes cos and sin of a [B, S, D] table and applies them to [B, heads, S, D] queries
+    and keys, so fused they ran heads times over (1.3 ms of a 4-head forward at S = 128,
+    AVX2). Computed once in their own kernel, they are read back instead. A dim missing
+    only inside the ones the value varies along costs nothing: a row kernel's per-row
+    value (log of a softmax sum) is computed once per row, and an invariant of the
+    innermost loop is hoisted out of it."""
+    used = [d for d in need if isinstance(d, int)]
+    return bool(used) and any(d not in used for d in range(max(used)))
 
 
 def _without_unit_dims(v: Value, need: DimMap) -> DimMap | None:
