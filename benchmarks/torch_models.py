@@ -1,5 +1,6 @@
 """Model benchmark (issue #4): DISC vs PyTorch eager vs torch.compile(dynamic=True) (Inductor)
-on a GPT-style transformer and a small CNN, inference and training, over streams of shapes.
+on a GPT-style transformer, a small CNN and transformers' Llama (a third-party model),
+inference and training, over streams of shapes.
 
     bash ci/test.sh -e bench-models                     # full run (tox env `bench-models`)
     python benchmarks/torch_models.py --quick --no-inductor
@@ -59,7 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = harness.parser(__doc__.split("\n\n")[0], "small models, 6 shapes (smoke run)")
-    p.add_argument("--models", default="gpt,cnn", help="comma list of gpt, cnn")
+    p.add_argument("--models", default="gpt,cnn,llama",
+                   help="comma list of gpt, cnn, llama (transformers' LlamaForCausalLM)")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     p.add_argument("--fresh-first-pass", nargs=3, metavar=("MODEL", "MODE", "CONTENDER"),
                    help=argparse.SUPPRESS)  # the child process of fresh_first_pass()
@@ -121,7 +123,40 @@ def cnn_stream(quick: bool):
     return CNN(16 if quick else 32), batches, [f"[8, 3, {s}, {s}]" for s in sizes]
 
 
-MODELS = {"gpt": gpt_stream, "cnn": cnn_stream}
+class CausalLM(nn.Module):
+    """A transformers causal LM as the harness calls models: ``(tokens, labels) -> loss``,
+    with the loss transformers picks itself (its ``loss_function``)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=x, labels=y).loss
+
+
+def llama_stream(quick: bool):
+    """transformers' LlamaForCausalLM, built from a config (no download): RMSNorm, rotary
+    embeddings, SiLU-gated MLP, SDPA attention; a third-party model DISC was not written
+    around. The labels are the tokens (the model shifts them)."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=64 if quick else 256,
+        intermediate_size=172 if quick else 688, num_hidden_layers=1 if quick else 2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+        use_cache=False)
+    lengths = [32 + 11 * i for i in range(6 if quick else 20)]
+    g = torch.Generator().manual_seed(3)
+    batches = []
+    for t in lengths:
+        tok = torch.randint(0, 1000, (4, t), generator=g)
+        batches.append((tok, tok))
+    return CausalLM(transformers.LlamaForCausalLM(config)), batches, [
+        f"[4, {t}]" for t in lengths]
+
+
+MODELS = {"gpt": gpt_stream, "cnn": cnn_stream, "llama": llama_stream}
 
 
 def make_step(model: nn.Module, fn: Callable[..., torch.Tensor], mode: str):
