@@ -25,7 +25,18 @@ def saved_and_permuted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (h * h).sum() + (p @ x).sum()
 
 
-@pytest.mark.parametrize("fn, rewrites", [(permute_saved, 1), (saved_and_permuted, 1)])
+def saved_and_permuted_through_a_view(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """As above, the forward's permute taken of a view of h to its own sizes (how
+    transformers' attention output reaches its ``transpose(1, 2)``)."""
+    h = torch.tanh(x @ w)
+    p = h.reshape(x.shape[0], -1).permute(1, 0)
+    return (h * h).sum() + (p @ x).sum()
+
+
+# rewrites: every saved tensor that crosses in another order (the matmuls' saved
+# transposes of x and w count too); the view changes nothing
+@pytest.mark.parametrize("fn, rewrites", [(permute_saved, 3), (saved_and_permuted, 2),
+                                          (saved_and_permuted_through_a_view, 2)])
 @pytest.mark.parametrize("options", [{}, {"excluded_ops": ["aten.sin", "aten.tanh"],
                                           "min_cluster_size": 1}])
 def test_gradients_match_eager(fn, rewrites, options, monkeypatch):
@@ -44,7 +55,7 @@ def test_gradients_match_eager(fn, rewrites, options, monkeypatch):
         got = torch.autograd.grad(compiled(x, w), (x, w))
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
-    assert moved and moved[0] >= rewrites, moved
+    assert moved and moved[0] == rewrites, moved
 
 
 def test_a_returned_tensor_is_never_replaced():

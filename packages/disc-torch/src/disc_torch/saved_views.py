@@ -16,9 +16,10 @@ reads it as [B, S, H, D]) crosses as that permute, and the backward permutes it 
 The forward then writes the tensor once, in the order its projection reads (the fused
 attention writes it there directly), instead of once per order.
 
-Only ``permute`` / ``transpose`` (a pure reordering: the saved tensor keeps its size) and
-``alias`` are seen through, and only where the forward graph's saved output and the
-backward's placeholder are matched by name, as torch's partitioner makes them.
+Only ``permute`` / ``transpose`` (a pure reordering: the saved tensor keeps its size),
+``alias`` and views to the same sizes are seen through, and only where the forward graph's
+saved output and the backward's placeholder are matched by name, as torch's partitioner
+makes them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = ["save_permute_bases"]
 
 aten = torch.ops.aten
 _PERMUTES = (aten.permute.default, aten.transpose.int)
+_SAME_SHAPE = (aten.alias.default, aten.view.default, aten.reshape.default)
 
 
 def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
@@ -56,6 +58,20 @@ def _unalias(n: torch.fx.Node) -> torch.fx.Node:
     while n.op == "call_function" and n.target is aten.alias.default and _tensor(n.args[0]):
         n = n.args[0]
     return n
+
+
+def _same_shape_views(root: torch.fx.Node) -> list[torch.fx.Node]:
+    """``root`` and its views that keep its shape (aliases, a ``view`` to the same sizes,
+    as transformers' attention output reaches its ``transpose(1, 2)`` in torch 2.13's
+    graph), transitively: a permute of any of them reorders the same tensor."""
+    shape = root.meta["val"].shape
+    found, todo = [], [root]
+    while todo:
+        n = todo.pop()
+        found.append(n)
+        todo += [u for u in n.users if u.op == "call_function" and u.target in _SAME_SHAPE
+                 and _tensor(u) and u.meta["val"].shape == shape and u not in found]
+    return found
 
 
 def _cross_as(bw: torch.fx.GraphModule, first_op: torch.fx.Node, p: torch.fx.Node,
@@ -98,8 +114,8 @@ def save_permute_bases(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule) -> in
         else:
             # saved x that the forward also permutes for itself: send the permute
             root = _unalias(s)
-            users = [u for u in root.users if u.op == "call_function"
-                     and u.target in _PERMUTES and _tensor(u)
+            users = [u for v in _same_shape_views(root) for u in v.users
+                     if u.op == "call_function" and u.target in _PERMUTES and _tensor(u)
                      and any(w.op != "output" for w in u.users)]
             if not users or root.meta["val"].shape != s.meta["val"].shape:
                 continue
