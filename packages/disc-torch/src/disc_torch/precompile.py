@@ -224,9 +224,9 @@ class GraphPackage:
             self._loaded_bytes = None
             self.pins = IdentityPins(fn)
             reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if installing and self.path.stat().st_size:
-                # written whole and read back, it still does not install: this process
-                # would only write the same again, so none writes it for this key
+            if installing:
+                # read back whole, it still does not install: this process would only
+                # write the same again, so none writes it for this key
                 self.unusable = reason
                 _write_reason(self.unusable_marker, reason)
                 warn_once(f"DISC: what dynamo traced for {_name_of(fn)} cannot be kept on "
