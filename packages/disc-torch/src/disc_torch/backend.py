@@ -172,8 +172,7 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
             # again without it (frames of it that already ran, before a graph break, run
             # twice: no tensor they made is kept)
             without_package(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-            with asking(True, config.specialize_floats, False):
-                out = compiled(*args, **kwargs)
+            return call(*args, **kwargs)
         if package is not None:
             package.save_if_grown()
         return out

@@ -192,9 +192,7 @@ class GraphPackage:
     def _load(self, fn: Any) -> CompilePackage:
         if self.unusable_marker.exists():
             self.unusable = _read_reason(self.unusable_marker)
-            warn_once(f"DISC: what dynamo traced for {_name_of(fn)} cannot be kept on disk "
-                      f"(an earlier process found: {self.unusable}); it is traced in every "
-                      "process (its compiled clusters still come from the compile cache)")
+            _warn_unusable(fn, f"an earlier process found: {self.unusable}")
             return CompilePackage(fn, None)
         if not self.path.exists():
             return CompilePackage(fn, None)
@@ -229,9 +227,7 @@ class GraphPackage:
                 # write the same again, so none writes it for this key
                 self.unusable = reason
                 _write_reason(self.unusable_marker, reason)
-                warn_once(f"DISC: what dynamo traced for {_name_of(fn)} cannot be kept on "
-                          f"disk ({reason}); it is traced in every process (its compiled "
-                          "clusters still come from the compile cache)")
+                _warn_unusable(fn, reason)
             else:
                 warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
                           f"({reason}); tracing again")
@@ -370,9 +366,12 @@ def _uninstall(package: CompilePackage, scopes: list[dict[str, Any]],
                 _reset_precompile_entries(_lookup_code(entry))
 
 
-def _name_of(fn: Any) -> str:
+def _warn_unusable(fn: Any, reason: str) -> None:
     inner = getattr(fn, "__func__", fn)
-    return getattr(inner, "__qualname__", type(inner).__name__)
+    name = getattr(inner, "__qualname__", type(inner).__name__)
+    warn_once(f"DISC: what dynamo traced for {name} cannot be kept on disk ({reason}); it "
+              "is traced in every process (its compiled clusters still come from the "
+              "compile cache)")
 
 
 def _write_reason(path: Path, reason: str) -> None:
