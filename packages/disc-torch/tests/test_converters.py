@@ -181,6 +181,27 @@ LAYOUT_CASES = [
          sizes=[(3, 5), (1, 7), (4, 2), (6, 33)]),
     Case("select", lambda a: a[:, :, 0] * a[1] .sum(), rows3, grad=True,
          sizes=[(3, 5), (1, 7), (4, 1), (6, 33)]),
+    # slice_scatter / select_scatter: written directly, and as autograd's gradient of a
+    # slice (over zeros), which must compile too (strict_backward)
+    Case("slice_scatter", lambda a: torch.slice_scatter(a, a[:, :, 1:3] * 2, 2, 1, 3) + 0,
+         rows3, (F32, F64, I64), grad=True),
+    Case("slice_scatter_rows", lambda a: torch.slice_scatter(a, a[:, -1:], 1, 0, 1) * 1,
+         rows3, (F32, I64, torch.bool), grad=True),
+    Case("slice_scatter_step", lambda a: torch.slice_scatter(a, a[:, :, ::2] * 3, 2, 0, None,
+                                                             2) + 0, rows3, grad=True),
+    Case("slice_scatter_step_offset",
+         lambda a: torch.slice_scatter(a, a[:, :, 1::3] - 5, 2, 1, None, 3) + 0, rows3,
+         (F32, I64), grad=True),
+    Case("slice_scatter_neg", lambda a: torch.slice_scatter(a, a[..., -2:] + 1, -1, -2) * 1,
+         rows3, grad=True, sizes=[(3, 5), (1, 7), (4, 2), (6, 33)]),
+    Case("select_scatter", lambda a: torch.select_scatter(a, a[:, 0, :] * 2, 1, 0)
+         + torch.select_scatter(a, a[:, :, -1] + 1, 2, -1), rows3, (F32, I64), grad=True),
+    Case("slice_grad", lambda a: a[:, 1:, ::2] * 3, rows3, grad=True, strict_backward=True),
+    # rotary embeddings' rotate_half: the backward scatters both halves' gradients
+    Case("rotate_half_grad", lambda a: torch.cat((-a[..., a.shape[-1] // 2:],
+                                                  a[..., :a.shape[-1] // 2]), -1) * a,
+         rows3, grad=True, strict_backward=True, sizes=[(3, 6), (1, 8), (4, 2), (6, 34)]),
+    Case("select_grad", lambda a: a[:, 0] * a[:, -1], rows3, grad=True, strict_backward=True),
     Case("cat", lambda a: torch.cat([a, a * 2], dim=-1) + 0, rows3, grad=True),
     Case("stack", lambda a: torch.stack([a, -a], dim=1) * 1, rows3, grad=True),
     Case("split", lambda a: a.split([1, 1], dim=0)[1] * 2, rows3, grad=True),

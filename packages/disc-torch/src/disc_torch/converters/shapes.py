@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from disc_core.symbolic import Expr
+from disc_core.dtypes import DType
+from disc_core.symbolic import Expr, smin
 
 from ..context import ConversionError, Lowering
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, converter
@@ -148,6 +149,63 @@ def select(ctx, node):
     starts[dim], limits[dim] = index, index + 1
     s = ctx.op("slice", x, start=starts, limit=limits, stride=[1] * x.rank)
     return ctx.reshape(s, ctx.shape(node))
+
+
+def _place(ctx: Lowering, v: Any, fill: Any, dim: int, start: Expr, step: int, size: Expr
+           ) -> Any:
+    """``v`` laid out along ``dim`` of a tensor ``size`` long, element k at ``start + k *
+    step`` and ``fill`` everywhere else: the inverse of a slice. A stride spreads each row
+    to ``step`` rows (``step - 1`` fills after it) cropped to what fits, rather than
+    interior padding, whose size rule assumes a non-empty operand (a symbolic length may
+    be 0)."""
+    n = v.shape[dim]
+    room = size - start
+    zeros = [Expr.const(0)] * v.rank
+    if step > 1:
+        wide = list(v.shape[:dim + 1]) + [Expr.const(1)] + list(v.shape[dim + 1:])
+        high = [Expr.const(0)] * len(wide)
+        high[dim + 1] = Expr.const(step - 1)
+        w = ctx.op("pad", ctx.reshape(v, wide), fill, low=[Expr.const(0)] * len(wide),
+                   high=high)
+        spread = list(v.shape)
+        spread[dim] = n * step
+        w = ctx.reshape(w, spread)
+        limits = list(w.shape)
+        limits[dim] = smin(n * step, room)
+        v = ctx.op("slice", w, start=list(zeros), limit=limits, stride=[1] * v.rank)
+        n = v.shape[dim]
+    low, high = list(zeros), list(zeros)
+    low[dim], high[dim] = start, room - n
+    return ctx.op("pad", v, fill, low=low, high=high)
+
+
+def _slice_scatter_check(node):
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    if not (isinstance(step, int) and step >= 1):
+        return f"slice_scatter step {step!r}"
+    return None
+
+
+@converter(aten.slice_scatter.default, dtypes=ALL_DTYPES, check=_slice_scatter_check)
+def slice_scatter(ctx, node):
+    """``input`` with ``src`` written over the slice ``start:end:step`` of ``dim`` (what
+    autograd makes of a slice's gradient, over zeros): a select between ``input`` and
+    ``src`` placed by padding, so it fuses with its producers and users."""
+    x = ctx.value(node.args[0])
+    u = ctx.cast(ctx.value(node.args[1]), x.dtype)
+    dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % x.rank
+    start = node.args[3] if len(node.args) > 3 else node.kwargs.get("start")
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    start = _index(ctx, start, x.shape[dim], is_end=False)
+    if u.shape[dim] == Expr.const(0):
+        return x
+    size = x.shape[dim]
+    if start == Expr.const(0) and step == 1 and u.shape[dim] == size:
+        return u
+    placed = _place(ctx, u, ctx.scalar(0, u.dtype), dim, start, step, size)
+    where = _place(ctx, ctx.full(True, DType.BOOL, u.shape), ctx.scalar(False, DType.BOOL),
+                   dim, start, step, size)
+    return ctx.op("select", where, placed, x)
 
 
 @converter(aten.cat.default, dtypes=ALL_DTYPES)
