@@ -101,7 +101,7 @@ def disc_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
         fw_compiler=_graph_compiler(config, "forward", serializable),
         bw_compiler=_graph_compiler(config, "backward", serializable),
         inference_compiler=_graph_compiler(config, "inference", serializable),
-        decompositions=decomposition_table(),
+        decompositions=decomposition_table(config.eager_random),
         keep_inference_input_mutations=True,
         # Like Inductor: the forward saves few tensors and the backward recomputes cheap,
         # fusible ones (views, elementwise chains) inside its own clusters, which costs no

@@ -36,6 +36,12 @@ OPTIONS = bridge_table("disc-torch", shared=(
            "`optimize` keeps what it traced in the compile cache's directory, so a new "
            "process with the same model and code starts without tracing.",
            parse=parse_bool),
+    Option("eager_random", "DISC_EAGER_RANDOM", False,
+           "Dropout runs in torch with eager's random stream, so results match eager draw "
+           "for draw (as Inductor's `fallback_random`); off: its numbers are drawn from the "
+           "shape and the mask compiles with its neighbours (a different stream, fewer and "
+           "larger clusters).",
+           parse=parse_bool),
 ), doc="`disc_torch.optimize(model, **options)` / `torch.compile(model, backend=\"disc\", "
        "options={...})`.")
 
@@ -75,6 +81,11 @@ class DiscConfig:
             are checked by DISC on every call (:mod:`disc_torch.identity`); one that
             changes turns the cache off for that callable. ``torch.compile(...,
             backend="disc")`` does not get this cache.
+        eager_random: dropout is not decomposed: it runs in torch and draws eager's random
+            numbers, so a compiled training step matches eager's exactly, dropout and all
+            (Inductor's ``fallback_random``). Off (the default), dropout's numbers come
+            from ``rand(shape)`` (:mod:`disc_torch.dropout_decomposition`) and the graph is
+            not cut at every dropout.
     """
 
     min_cluster_size: int = _D["min_cluster_size"]
@@ -88,6 +99,7 @@ class DiscConfig:
     specialize_floats: bool = _D["specialize_floats"]
     profile: bool = _D["profile"]
     cache_graphs: bool = _D["cache_graphs"]
+    eager_random: bool = _D["eager_random"]
 
     def __post_init__(self) -> None:
         check_bridge_fields(self)

@@ -21,6 +21,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 from .attention_decomposition import flash_attention_backward, flash_attention_forward
+from .dropout_decomposition import native_dropout
 
 __all__ = ["decomposition_table"]
 
@@ -62,20 +63,27 @@ INEXACT = {
         "second output is the attention matrix, not the logsumexp",
 }
 
-#: DISC's own exact decompositions (they may decline a call with NotImplemented, which
-#: leaves the op to torch).
+#: DISC's own decompositions (they may decline a call with NotImplemented, which leaves
+#: the op to torch): exact ones where torch's are not, and dropout with its random numbers
+#: drawn from the shape alone (:mod:`disc_torch.dropout_decomposition`; random, so the
+#: audit skips it like any call that draws).
 EXACT = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_forward,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
         flash_attention_backward,
+    aten.native_dropout.default: native_dropout,
 }
 
 
-@functools.lru_cache(maxsize=1)
-def decomposition_table() -> dict:
+@functools.lru_cache(maxsize=2)
+def decomposition_table(eager_random: bool = False) -> dict:
+    """The table aot_autograd traces with; ``eager_random``: dropout stays whole and runs
+    in torch, drawing eager's random numbers (the ``eager_random`` option)."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(EXTRA))
     for op in [*KEEP, *INEXACT]:
         table.pop(op, None)
     table.update(EXACT)
+    if eager_random:
+        table.pop(aten.native_dropout.default, None)
     return table
