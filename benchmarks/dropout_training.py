@@ -12,6 +12,8 @@ torch's MKL (``DISC_BLAS_TUNE=0``: the library held fixed):
     eager              PyTorch eager
     disc               disc_torch.optimize
     disc_torch_decomp  the same, with torch's decomposition of native_dropout (rand_like)
+    disc_eager_random  the same, with ``eager_random=True``: native_dropout runs in torch
+                       with eager's stream (what DISC did before the shape-drawn dropout)
     inductor           torch.compile(dynamic=True)
 
 Per model: a stream of sequence lengths (batch 4), each contender's steady-state training
@@ -123,6 +125,10 @@ def contenders(name: str) -> dict[str, tuple[torch.nn.Module, Callable, Callable
     m = copy.deepcopy(base)
     out["disc_torch_decomp"] = (m, disc_torch.optimize(m, cache_graphs=False),
                                 torchs_dropout_decomposition)
+    m = copy.deepcopy(base)
+    out["disc_eager_random"] = (m, disc_torch.optimize(m, cache_graphs=False,
+                                                       eager_random=True),
+                                contextlib.nullcontext)
     if not ARGS.no_inductor:
         m = copy.deepcopy(base)
         out["inductor"] = (m, torch.compile(m, dynamic=True), contextlib.nullcontext)
@@ -183,6 +189,8 @@ def run_model(name: str) -> dict[str, Any]:
         "disc_vs_eager": ratio("eager"), "disc_vs_inductor": ratio("inductor"),
         "disc_vs_disc_torch_decomp": ratio("disc_torch_decomp"),
         "disc_torch_decomp_vs_eager": ratio("eager", "disc_torch_decomp"),
+        "disc_vs_disc_eager_random": ratio("disc_eager_random"),
+        "disc_eager_random_vs_eager": ratio("eager", "disc_eager_random"),
         "structure": structure,
         "mean_loss_first_pass": {c: round(statistics.fmean(v), 4) for c, v in losses.items()},
     }
@@ -194,7 +202,8 @@ def main() -> int:
         "disc_core": disc_core.__version__, "disc_torch": disc_torch.__version__}, {
         "eager": "torch's MKL", "inductor": "torch's MKL (extern mm kernels)",
         "disc": "torch's MKL (DISC_BLAS_TUNE=0)",
-        "disc_torch_decomp": "torch's MKL (DISC_BLAS_TUNE=0)"})
+        "disc_torch_decomp": "torch's MKL (DISC_BLAS_TUNE=0)",
+        "disc_eager_random": "torch's MKL (DISC_BLAS_TUNE=0)"})
     print(provenance.headline(info), flush=True)
     rows = []
     for name in ARGS.models.split(","):
@@ -204,10 +213,13 @@ def main() -> int:
         print(f"{name:5} training, dropout 0.1: DISC vs eager x{r['disc_vs_eager']}  vs Inductor "
               f"x{r['disc_vs_inductor']}  vs DISC with torch's dropout decomposition "
               f"x{r['disc_vs_disc_torch_decomp']} (that one vs eager "
-              f"x{r['disc_torch_decomp_vs_eager']})\n      forward clusters: DISC "
+              f"x{r['disc_torch_decomp_vs_eager']}), vs DISC with eager_random "
+              f"x{r['disc_vs_disc_eager_random']} (that one vs eager "
+              f"x{r['disc_eager_random_vs_eager']})\n      forward clusters: DISC "
               f"{s['disc']['forward_clusters']} (in torch: {s['disc']['forward_eager_ops']}); "
               f"torch's decomposition {s['disc_torch_decomp']['forward_clusters']} "
-              f"(in torch: {s['disc_torch_decomp']['forward_eager_ops']})", flush=True)
+              f"(in torch: {s['disc_torch_decomp']['forward_eager_ops']}); eager_random "
+              f"{s['disc_eager_random']['forward_clusters']}", flush=True)
     print(provenance.finish(info), flush=True)
     ARGS.output.parent.mkdir(parents=True, exist_ok=True)
     ARGS.output.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
