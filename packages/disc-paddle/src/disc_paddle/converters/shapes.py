@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from disc_core.bridge.known import as_object_array, known_array
+from disc_core.bridge.windows import spread
 from disc_core.dtypes import DType
 from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, mod, product, smax, smin
@@ -404,23 +405,11 @@ class _Slicing:
         zero = _zero(ctx, dy.dtype)
         low, high = [], []
         for axis in range(dy.rank):
-            n, st, start = dy.shape[axis], self.step[axis], self.start[axis]
+            st, start = self.step[axis], self.start[axis]
             room = self.shape[axis] - start
-            if st > 1:
-                wide = list(dy.shape[:axis + 1]) + [as_expr(1)] + list(dy.shape[axis + 1:])
-                v = ctx.reshape(dy, wide)
-                hi = [as_expr(0)] * len(wide)
-                hi[axis + 1] = as_expr(st - 1)
-                v = ctx.op("pad", v, zero, low=[as_expr(0)] * len(wide), high=hi)
-                spread = list(dy.shape)
-                spread[axis] = n * st
-                v = ctx.reshape(v, spread)
-                used = smin(n * st, room)
-                dy = _slice_axis(ctx, v, axis, 0, used)
-            else:
-                used = n
+            dy = spread(ctx, dy, zero, axis, st, room)
             low.append(start)
-            high.append(room - used)
+            high.append(room - dy.shape[axis])
         if any(not e.is_const or e.value for e in low + high):
             dy = ctx.op("pad", dy, zero, low=low, high=high)
         if self.reversed:

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from disc_core.bridge.known import as_object_array, known_array, normalize
+from disc_core.bridge.windows import spread
 from disc_core.dtypes import DType
 from disc_core.ir import Value
 from disc_core.symbolic import Expr, as_expr, ceildiv, floordiv, mod, product, smax, smin
@@ -504,30 +505,12 @@ def strided_slice_grad(ctx: Lowering, op: tf.Operation) -> Value:
         spans.append((dim, as_expr(start), st))
     dy = ctx.reshape(dy, sliced)
     zero = ctx.const(0, dy.dtype)
-    # a stride s spreads each row to s rows (s - 1 zeros after it), cropped to what fits:
-    # no interior padding, whose size rule assumes a non-empty operand
     low, high = [], []
     for axis, (dim, start, st) in enumerate(spans):
-        n = dy.shape[axis]
         room = shape[dim] - start
-        if st > 1:
-            wide = list(dy.shape[:axis + 1]) + [1] + list(dy.shape[axis + 1:])
-            v = ctx.reshape(dy, wide)
-            pads = [as_expr(0)] * len(wide)
-            hi = list(pads)
-            hi[axis + 1] = as_expr(st - 1)
-            v = ctx.op("pad", v, zero, low=pads, high=hi)
-            spread = list(dy.shape)
-            spread[axis] = n * st
-            v = ctx.reshape(v, spread)
-            used = smin(n * st, room)
-            limits = list(v.shape)
-            limits[axis] = used
-            dy = ctx.op("slice", v, start=[as_expr(0)] * v.rank, limit=limits)
-        else:
-            used = n
+        dy = spread(ctx, dy, zero, axis, st, room)  # a stride: st - 1 zeros after each row
         low.append(start)
-        high.append(room - used)
+        high.append(room - dy.shape[axis])
     return ctx.op("pad", dy, zero, low=low, high=high)
 
 

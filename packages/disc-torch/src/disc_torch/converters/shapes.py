@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from disc_core.bridge.windows import spread
 from disc_core.dtypes import DType
-from disc_core.symbolic import Expr, smin
+from disc_core.symbolic import Expr
 
 from ..context import ConversionError, Lowering
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, converter
@@ -154,28 +155,10 @@ def select(ctx, node):
 def _place(ctx: Lowering, v: Any, fill: Any, dim: int, start: Expr, step: int, size: Expr
            ) -> Any:
     """``v`` laid out along ``dim`` of a tensor ``size`` long, element k at ``start + k *
-    step`` and ``fill`` everywhere else: the inverse of a slice. A stride spreads each row
-    to ``step`` rows (``step - 1`` fills after it) cropped to what fits, rather than
-    interior padding, whose size rule assumes a non-empty operand (a symbolic length may
-    be 0)."""
-    n = v.shape[dim]
-    room = size - start
-    zeros = [Expr.const(0)] * v.rank
-    if step > 1:
-        wide = list(v.shape[:dim + 1]) + [Expr.const(1)] + list(v.shape[dim + 1:])
-        high = [Expr.const(0)] * len(wide)
-        high[dim + 1] = Expr.const(step - 1)
-        w = ctx.op("pad", ctx.reshape(v, wide), fill, low=[Expr.const(0)] * len(wide),
-                   high=high)
-        spread = list(v.shape)
-        spread[dim] = n * step
-        w = ctx.reshape(w, spread)
-        limits = list(w.shape)
-        limits[dim] = smin(n * step, room)
-        v = ctx.op("slice", w, start=list(zeros), limit=limits, stride=[1] * v.rank)
-        n = v.shape[dim]
-    low, high = list(zeros), list(zeros)
-    low[dim], high[dim] = start, room - n
+    step`` and ``fill`` everywhere else: the inverse of a slice."""
+    v = spread(ctx, v, fill, dim, step, size - start)
+    low, high = [Expr.const(0)] * v.rank, [Expr.const(0)] * v.rank
+    low[dim], high[dim] = start, size - start - v.shape[dim]
     return ctx.op("pad", v, fill, low=low, high=high)
 
 
