@@ -269,7 +269,7 @@ def setup_epilogue(step: LibraryCall, ptr: Callable[[Value], str], syms: Symbols
         # epiR / epiC declared by sums_guard)
         for i, (_, o) in enumerate(sums):
             t = ctype(o.dtype)
-            lines.append(f"  epip{k.id}_{i} = ({t} *)malloc((size_t)(epiR{k.id} * epiC{k.id} "
+            lines.append(f"  epip{k.id}_{i} = ({t} *)disc_alloc((size_t)(epiR{k.id} * epiC{k.id} "
                          f"> 0 ? epiR{k.id} * epiC{k.id} : 1) * sizeof({t}));")
             lines.append(f"  if (!epip{k.id}_{i}) DISC_FAIL(\"out of memory for the partial "
                          f"column sums of kernel{k.id}\");")

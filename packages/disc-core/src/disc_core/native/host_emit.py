@@ -193,9 +193,9 @@ static char *disc_arena(size_t need) {
     a = (disc_arena_t *)calloc(1, sizeof *a);
     if (!a || pthread_setspecific(disc_arena_key, a) != 0) { free(a); return NULL; }
   }
-  if (need > a->cap) {
+  if (need > a->cap || !a->data) {  /* (a first call may need 0 bytes: still not NULL) */
     free(a->data);
-    a->data = (char *)malloc(need);
+    a->data = (char *)disc_alloc(need);  /* every slot is a multiple of 64 bytes: all aligned */
     a->cap = a->data ? need : 0;
   }
   return a->data;
@@ -315,7 +315,7 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
         w(f"  const int64_t slot{sl}_bytes = (({syms.c(size)}) + 63) / 64 * 64;")
     if slots:
         total = " + ".join(f"slot{sl}_bytes" for sl in range(len(slots)))
-        w(f"  arena = disc_arena((size_t)({total}) + 64);")
+        w(f"  arena = disc_arena((size_t)({total}));")
         w("  if (!arena) DISC_FAIL(\"out of memory for intermediate buffers\");")
         acc = "arena"
         for sl in range(len(slots)):

@@ -164,7 +164,7 @@ class KernelEmitter:
             lines += [f"  const size_t {name}_bytes = (size_t)(blocks > 0 ? blocks : 1) * width"
                       f" * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
-                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+                      f"DISC_STACK_ALLOC({name}_bytes) : disc_alloc({name}_bytes));"]
         call = ", ".join(names + [f"{name} + b * width" for _, name, _ in parts] + ["S"])
         lines += ["  #pragma omp parallel for schedule(dynamic, 1)",
                   "  for (int64_t b = 0; b < blocks; ++b)",
@@ -267,10 +267,10 @@ class KernelEmitter:
             # call on one short row (the per-call overhead budget). A buffer only a row
             # helper reads is never malloc'ed: longer rows (NULL) keep the simd loop,
             # which needs none (a malloc of a long row per block would page-fault)
-            big = "NULL" if vid in self.helper_bufs else f"malloc({name}_bytes)"
+            big = "NULL" if vid in self.helper_bufs else f"disc_alloc({name}_bytes)"
             lines += [f"  const size_t {name}_bytes = (size_t)(C > 0 ? C : 1) * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_ROWBUF ? "
-                      f"__builtin_alloca({name}_bytes) : {big});"]
+                      f"DISC_STACK_ALLOC({name}_bytes) : {big});"]
         start, advance = self.row_walk()
         lines += ["  " + s for s in start]
         lines.append("  for (int64_t r = lo; r < hi; ++r) {")
@@ -1026,7 +1026,7 @@ class KernelEmitter:
         for _, name, t, _ in parts:
             lines += [f"  const size_t {name}_bytes = (size_t)blocks * width * sizeof({t});",
                       f"  {t} *{name} = ({t} *)({name}_bytes <= DISC_STACK_PARTIALS ? "
-                      f"__builtin_alloca({name}_bytes) : malloc({name}_bytes));"]
+                      f"DISC_STACK_ALLOC({name}_bytes) : disc_alloc({name}_bytes));"]
         call = ", ".join(names + [f"{name} + b * width" for _, name, _, _ in parts] + ["S"])
         lines += ["  #pragma omp parallel for schedule(dynamic, 1)",
                   "  for (int64_t b = 0; b < blocks; ++b)",

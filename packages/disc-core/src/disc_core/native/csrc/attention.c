@@ -212,7 +212,7 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX) ATT_FWD_PAR
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(bq * (lds > 0 ? lds : 1) + bq * ldacc + 2 * bq));
+    ATT_T *buf = (ATT_T *)disc_alloc(sizeof(ATT_T) * (size_t)(bq * (lds > 0 ? lds : 1) + bq * ldacc + 2 * bq));
     if (!buf) {
       #pragma omp atomic write
       failed = 1;
@@ -400,9 +400,12 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PAR
   const int64_t lds = Sk < ATT_BWD_BK ? (Sk + ATT_LANES - 1) / ATT_LANES * ATT_LANES
                                       : ATT_BWD_BK;  /* as in the forward */
   ATT_T *shared = NULL;  /* split: rowdot [BH*Sq], then nt private dQ [BH*Sq*D] */
+  /* their element counts, rounded to whole lines: each piece starts aligned */
+  const int64_t rd = disc_align_count(BH * Sq, sizeof(ATT_T));
+  const int64_t pd = disc_align_count(BH * Sq * D, sizeof(ATT_T));
   int64_t *range = NULL;  /* split: each head's [kbeg, kend) */
   if (split) {
-    shared = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(BH * Sq * (1 + (int64_t)nt * D)));
+    shared = (ATT_T *)disc_alloc(sizeof(ATT_T) * (size_t)(rd + (int64_t)nt * pd));
     range = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * BH));
     if (!shared || !range) {
       free(shared);
@@ -414,7 +417,7 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PAR
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    ATT_T *buf = (ATT_T *)malloc(sizeof(ATT_T) * (size_t)(2 * ATT_BWD_BQ * (lds > 0 ? lds : 1) + (Sq > 0 ? Sq : 1)));
+    ATT_T *buf = (ATT_T *)disc_alloc(sizeof(ATT_T) * (size_t)(2 * ATT_BWD_BQ * (lds > 0 ? lds : 1) + (Sq > 0 ? Sq : 1)));
     if (!buf) {
       #pragma omp atomic write
       failed = 1;
@@ -423,7 +426,7 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PAR
     ATT_T *rowdot = dP ? dP + ATT_BWD_BQ * (lds > 0 ? lds : 1) : NULL;
     if (split) {
       const int tid = omp_get_thread_num(), team = omp_get_num_threads();
-      ATT_T *priv = shared + BH * Sq * (1 + (int64_t)tid * D);
+      ATT_T *priv = shared + rd + (int64_t)tid * pd;
       memset(priv, 0, sizeof(ATT_T) * (size_t)(BH * Sq * D));
       #pragma omp for
       for (int64_t bh = 0; bh < BH; ++bh) {
@@ -460,11 +463,11 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PAR
       for (int64_t row = 0; row < BH * Sq; ++row) {
         const int64_t bh = row / Sq, i = row % Sq;
         ATT_T *dq = dQ + disc_attn_base(bh, H, Sq, D, seqmaj & 32) + i * lddq;
-        const ATT_T *p0 = shared + BH * Sq + row * D;
+        const ATT_T *p0 = shared + rd + row * D;
         #pragma omp simd
         for (int64_t d = 0; d < D; ++d) dq[d] = p0[d];
         for (int t = 1; t < team; ++t) {
-          const ATT_T *pt = p0 + (int64_t)t * BH * Sq * D;
+          const ATT_T *pt = p0 + (int64_t)t * pd;
           #pragma omp simd
           for (int64_t d = 0; d < D; ++d) dq[d] += pt[d];
         }

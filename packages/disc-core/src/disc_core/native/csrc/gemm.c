@@ -101,7 +101,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
       /* a small C over a long K (a weight gradient): blocks of C's columns would each
          read all of A again; the rhs is made whole (in parallel) and the K split runs */
       const int64_t R = pro_lhs ? M : N;  /* rows of the operand made */
-      DISC_GEMM_T *rhs = (DISC_GEMM_T *)malloc((size_t)(B * R * K) * sizeof(DISC_GEMM_T));
+      DISC_GEMM_T *rhs = (DISC_GEMM_T *)disc_alloc((size_t)(B * R * K) * sizeof(DISC_GEMM_T));
       if (!rhs) return 2;
       const int64_t rows = B * R * pro_q, inner = K / pro_q;
       const int64_t want = (int64_t)DISC_BLOCKS_PER_THREAD * nt;
@@ -127,7 +127,8 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
       cap = cap < share ? cap : share;
       const int64_t chunks = disc_gemm_row_blocks(M, B, cap, nt), tasks = B * chunks;
       const int64_t mb = (M + chunks - 1) / chunks;
-      DISC_GEMM_T *bufs = (DISC_GEMM_T *)malloc((size_t)(nt * mb * K) * sizeof(DISC_GEMM_T));
+      const int64_t per = disc_align_count(mb * K, sizeof(DISC_GEMM_T));  /* per member */
+      DISC_GEMM_T *bufs = (DISC_GEMM_T *)disc_alloc((size_t)(nt * per) * sizeof(DISC_GEMM_T));
       if (!bufs) return 2;
       if (epi && epi_count) epi_count[0] += 1;
       const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
@@ -135,7 +136,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
       const char *opb = tb ? "T" : "N";
       #pragma omp parallel num_threads(nt) if (nt > 1)
       {
-        DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * mb * K;
+        DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * per;
         #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks; ++task) {
           const int64_t b = task / chunks, m0 = M * (task % chunks) / chunks;
@@ -163,7 +164,8 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     pb = (pb + cw - 1) / cw * cw;
     pb = pb < N ? pb : N;
     const int64_t chunks = (N + pb - 1) / pb, tasks = B * chunks;
-    DISC_GEMM_T *bufs = (DISC_GEMM_T *)malloc((size_t)(nt * pb * K) * sizeof(DISC_GEMM_T));
+    const int64_t per = disc_align_count(pb * K, sizeof(DISC_GEMM_T));  /* per member */
+    DISC_GEMM_T *bufs = (DISC_GEMM_T *)disc_alloc((size_t)(nt * per) * sizeof(DISC_GEMM_T));
     if (!bufs) return 2;
     if (epi && epi_count) epi_count[0] += 1;
     const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
@@ -171,7 +173,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     const char *opa = ta ? "T" : "N";
     #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-      DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * pb * K;
+      DISC_GEMM_T *buf = bufs + (int64_t)omp_get_thread_num() * per;
       #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) {
         const int64_t b = task / chunks, p0 = (task % chunks) * pb;
@@ -260,7 +262,9 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
      too little to work on) */
   const int64_t big = M > N ? M : N;
   const int by_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
-  DISC_GEMM_T *parts = by_k ? (DISC_GEMM_T *)malloc((size_t)((nt - 1) * B * M * N) * sizeof(DISC_GEMM_T)) : NULL;
+  /* each member's partial C starts on a line of its own */
+  const int64_t part = disc_align_count(B * M * N, sizeof(DISC_GEMM_T));
+  DISC_GEMM_T *parts = by_k ? (DISC_GEMM_T *)disc_alloc((size_t)((nt - 1) * part) * sizeof(DISC_GEMM_T)) : NULL;
   if (by_k && !parts) return 2;
   int64_t team = 1;
   #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -280,7 +284,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     const int64_t mb = m1 - m0, nb = n1 - n0;
     const int64_t a_off = (ta ? m0 : m0 * K) + (ta ? k0 * M : k0);
     const int64_t b_off = (tb ? n0 * K : n0) + (tb ? k0 : k0 * N);
-    DISC_GEMM_T *dst = (by_k && tid > 0 ? parts + (tid - 1) * B * M * N : Cm) + m0*N + n0;
+    DISC_GEMM_T *dst = (by_k && tid > 0 ? parts + (tid - 1) * part : Cm) + m0*N + n0;
     const DISC_GEMM_T one = 1, zero = 0;
     if (kb == 0)  /* a member of a split K with no slice: its partial is zero */
       memset(dst, 0, (size_t)(B * M * N) * sizeof(*dst));
@@ -297,9 +301,9 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
       #pragma omp barrier
       const int64_t total = B * M * N, lo = total * tid / T, hi = total * (tid + 1) / T;
       for (int64_t p = 1; p < team; ++p) {
-        const DISC_GEMM_T *part = parts + (p - 1) * total;
+        const DISC_GEMM_T *partial = parts + (p - 1) * part;
         #pragma omp simd
-        for (int64_t i = lo; i < hi; ++i) Cm[i] += part[i];
+        for (int64_t i = lo; i < hi; ++i) Cm[i] += partial[i];
       }
     }
   }
