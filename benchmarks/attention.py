@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import allocator  # noqa: E402  (benchmarks/, the script's own directory)
 import provenance  # noqa: E402  (benchmarks/, the script's own directory)
 
 CASES = ("sdpa_causal", "sdpa_padding", "manual_causal")
@@ -210,6 +211,7 @@ def gemm_library() -> dict[str, Any]:
 
 
 def main() -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     ss = lengths(ARGS.quick)
     rounds = ARGS.rounds or (3 if ARGS.quick else 5)
     names = ARGS.contenders.split(",")

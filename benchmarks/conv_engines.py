@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import allocator  # noqa: E402  (benchmarks/, the script's own directory)
 import provenance  # noqa: E402  (benchmarks/, the script's own directory)
 
 # (batch, in channels, out channels, spatial size, kernel, stride)
@@ -176,6 +177,7 @@ def run_shape(shape: tuple[int, ...], mode: str, rounds: int) -> dict[str, Any]:
 
 
 def main() -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     from disc_core.native.onednn_conv import onednn_conv_library
 
     if onednn_conv_library() is None:

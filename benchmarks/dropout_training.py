@@ -67,6 +67,7 @@ from disc_torch.decompositions import decomposition_table  # noqa: E402
 
 torch.set_num_threads(ARGS.threads)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import allocator  # noqa: E402  (benchmarks/, the script's own directory)
 import provenance  # noqa: E402
 
 LENGTHS = [32, 57, 80, 101, 128, 160]
@@ -197,6 +198,7 @@ def run_model(name: str) -> dict[str, Any]:
 
 
 def main() -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     info = provenance.machine(ARGS.threads, {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "disc_core": disc_core.__version__, "disc_torch": disc_torch.__version__}, {

@@ -45,6 +45,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # benchmarks/provenance.py, also when imported from elsewhere
+import allocator  # noqa: E402  (benchmarks/, the script's own directory)
 import provenance  # noqa: E402
 
 CASE_NAMES = ("layernorm", "softmax", "gelu_bias_residual", "attention_scores", "rmsnorm",
@@ -814,6 +815,7 @@ def print_report(results: list[dict[str, Any]], machine: dict[str, Any],
 
 
 def main(args: argparse.Namespace) -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     t_start = time.perf_counter()
     load_start = loadavg()
     others = provenance.OtherLoad()

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import allocator  # benchmarks/, the script's own directory
 import model_harness as harness  # benchmarks/, the script's own directory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,6 +276,7 @@ def targets(row: dict[str, Any]) -> list[str]:
 
 
 def main() -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     load_start = os.getloadavg()
     from disc_paddle import custom_op
 

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import allocator  # benchmarks/, this module's own directory
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: CPU flags that decide which kernels and GEMM paths run (the rest of /proc/cpuinfo's
@@ -108,7 +110,8 @@ def machine(threads: int, versions: dict[str, str | None], gemm_library: dict[st
             speed_start: dict[str, float] | None = None) -> dict[str, Any]:
     """The record every result file carries: CPU model and flags, cores, the threads each
     contender ran with, commit, UTC date, Python and framework versions, the GEMM
-    library of each contender (``{"eager": "torch's MKL", "disc": ...}``) and what the
+    library of each contender (``{"eager": "torch's MKL", "disc": ...}``), the heap set-up
+    every contender shared (benchmarks/allocator.py) and what the
     host delivered when the run started (``speed_start``, a :func:`host_speed` taken then
     by a script that makes the record at its end; measured now when not given.
     :func:`finish` adds the same at the end)."""
@@ -119,7 +122,7 @@ def machine(threads: int, versions: dict[str, str | None], gemm_library: dict[st
         **commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(), "versions": dict(versions),
-        "gemm_library": gemm_library, "load_avg_1m_start": _load(),
+        "gemm_library": gemm_library, "heap": allocator.record(), "load_avg_1m_start": _load(),
         "host_speed_start": speed_start or host_speed(),
     }
 

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import allocator  # benchmarks/, the script's own directory
 import model_harness as harness  # benchmarks/, the script's own directory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -430,6 +431,7 @@ def seed_op_library(cold_cache: str) -> str:
 
 
 def main() -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     load_start = os.getloadavg()
     # the DiscLaunch op library is built once per TensorFlow version (an install-time cost,
     # cached under DISC_CACHE_DIR/tf_ops), not per model: built here, outside the timings

@@ -53,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import allocator  # benchmarks/, the script's own directory
 import model_harness as harness  # benchmarks/, the script's own directory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -380,6 +381,7 @@ def targets(row: dict[str, Any]) -> list[str]:
 
 
 def main() -> int:
+    allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     if ARGS.fresh_first_pass:
         return _child_first_pass(*ARGS.fresh_first_pass)
     if ARGS.own_blas_steady:
