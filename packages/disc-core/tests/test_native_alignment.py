@@ -2,63 +2,28 @@
 
 malloc aligns to 16 bytes (a page + 16 past glibc's mmap threshold), and MKL's sgemm
 writing C rows that start 16 bytes into a line measured about 10% slower on Zen 3; GPT
-inference was 8% slower end to end while the module's intermediate buffers sat there. The
-GEMM here is a Python stand-in for ``disc_env.sgemm_rowmajor`` that records the pointers it
-is handed: with the caller's tensors aligned and every row a whole number of lines, each
-operand the module chose the address of (its intermediate buffers, the row blocks of its
-epilogue and prologue GEMMs, the partial results of a split K) must be aligned too."""
+inference was 8% slower end to end while the module's intermediate buffers sat there.
+The GEMM here is a Python stand-in for ``disc_env.sgemm_rowmajor`` that records the
+pointers it is handed (fake_rowmajor_gemm.py): with the caller's tensors aligned and every
+row a whole number of lines, each operand the module chose the address of (its
+intermediate buffers, the row blocks of its epilogue and prologue GEMMs, the partial
+results of a split K) must be aligned too."""
 
 from __future__ import annotations
 
-import ctypes
-import threading
-
 import numpy as np
 import pytest
+from fake_rowmajor_gemm import FakeRowMajorGemm, install
 
 from disc_core import Compiler, GraphBuilder, interpret
-from disc_runtime import CompileCache, native
 
-i64, f32, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
-ROWMAJOR = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char, ctypes.c_char, i64, i64, i64, f32, vp,
-                            i64, vp, i64, f32, vp, i64)
 RNG = np.random.default_rng(11)
 LINE = 64
 
 
-def _matrix(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
-    n = (rows - 1) * ld + cols
-    flat = np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
-    return np.lib.stride_tricks.as_strided(flat, (rows, cols), (ld * 4, 4))
-
-
-class PointerRecordingGemm:
-    """C = alpha op(A) op(B) + beta C in numpy, recording (a, b, c) addresses per call."""
-
-    def __init__(self) -> None:
-        self.pointers: list[tuple[int, int, int]] = []
-        self.lock = threading.Lock()
-        self.fn = ROWMAJOR(self)
-        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
-
-    def __call__(self, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> int:
-        with self.lock:
-            self.pointers.append((a, b, c))
-        opa = _matrix(a, m, k, lda) if ta == b"N" else _matrix(a, k, m, lda).T
-        opb = _matrix(b, k, n, ldb) if tb == b"N" else _matrix(b, n, k, ldb).T
-        out = _matrix(c, m, n, ldc)
-        prod = alpha * (opa.astype(np.float64) @ opb.astype(np.float64))
-        out[...] = prod if beta == 0 else prod + beta * out
-        return 0
-
-
 @pytest.fixture
 def recording(monkeypatch, tmp_path):
-    gemm = PointerRecordingGemm()
-    real = native.blas_functions()
-    monkeypatch.setattr(native, "blas_functions",
-                        lambda: real._replace(sgemm_rowmajor=gemm.address))
-    return gemm, Compiler(CompileCache(tmp_path / "cache"), target="native")
+    return install(monkeypatch, tmp_path)
 
 
 def _aligned(shape: tuple[int, ...]) -> np.ndarray:
@@ -72,7 +37,7 @@ def _aligned(shape: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-def _check(gemm: PointerRecordingGemm, compiler: Compiler, graph, inputs) -> None:
+def _check(gemm: FakeRowMajorGemm, compiler: Compiler, graph, inputs) -> None:
     """Run ``graph`` on ``inputs``; every GEMM operand outside the caller's arrays (the
     inputs, and the outputs, which come from the caller's allocator) must be aligned, and so
     must the runtime's own large outputs."""
