@@ -23,10 +23,10 @@ def compiler(tmp_path_factory):
     return Compiler(CompileCache(tmp_path_factory.mktemp("cache")), target="native")
 
 
-def lnb_inputs(n: int, rng: np.random.Generator) -> list[np.ndarray]:
-    return [rng.standard_normal((n, 768), dtype=np.float32) + 1,
-            rng.standard_normal((n, 768), dtype=np.float32),
-            rng.standard_normal(768, dtype=np.float32)]
+def lnb_inputs(n: int, rng: np.random.Generator, hidden: int = 768) -> list[np.ndarray]:
+    return [rng.standard_normal((n, hidden), dtype=np.float32) + 1,
+            rng.standard_normal((n, hidden), dtype=np.float32),
+            rng.standard_normal(hidden, dtype=np.float32)]
 
 
 def check(got: list[np.ndarray], want: list[np.ndarray]) -> None:
@@ -141,3 +141,79 @@ def test_the_call_path_runs_on_cffis_public_from_buffer(compiler, monkeypatch):
         check(exe.run(inputs), interpret(graph, inputs))
     strided = [a[::2] for a in lnb_inputs(6, rng)[:2]] + [lnb_inputs(1, rng)[2]]
     check(exe.run(strided), interpret(graph, [np.ascontiguousarray(a) for a in strided]))
+
+
+def _addresses(arrays: list[np.ndarray], nonnull: int) -> list[int]:
+    return [a.ctypes.data if a.size else nonnull for a in arrays]
+
+
+def _dims(arrays: list[np.ndarray]) -> list[int]:
+    return [d for a in arrays for d in a.shape]
+
+
+def test_pointer_call_runs_on_addresses_once_the_dims_are_planned(compiler):
+    """A bridge's raw-address call (torch's hot path): no plan before a checked call on
+    the same dims, then the same results as ``run`` in the caller's buffers, empty inputs
+    and outputs included, and every call counted in the executable's stats. (Each test
+    here compiles a graph of its own: the module-scoped compiler shares a module between
+    equal graphs.)"""
+    graph = catalog.layernorm_backward(hidden=640)
+    exe = compiler.compile(graph)
+    call = exe.pointer_call
+    assert call is not None and [r for _, r in call.in_specs] == [2, 2, 1]
+    rng = np.random.default_rng(4)
+    for n in (5, 0, 1):
+        inputs = lnb_inputs(n, rng, 640)
+        dims = _dims(inputs)
+        assert call.plan(tuple(dims)) is None  # unknown dims: the checked path learns them
+        check(exe.run(inputs), interpret(graph, inputs))
+        plan = call.plan(tuple(dims))
+        assert plan is not None and plan.shapes == [(n, 640), (640,), (640,)]
+        for _ in range(2):
+            inputs = lnb_inputs(n, rng, 640)
+            outs = [np.full(s, np.nan, d) for s, d in zip(plan.shapes, call.out_dtypes)]
+            before = exe.stats.calls
+            assert call(plan, _addresses(inputs, call.nonnull), _dims(inputs),
+                        _addresses(outs, call.nonnull))
+            assert exe.stats.calls == before + 1
+            check(outs, interpret(graph, inputs))
+
+
+def test_pointer_call_reports_the_modules_own_input_errors(compiler):
+    """The module still checks every dim against its symbols: dims that break the graph's
+    constraints raise InputError with the module's words (nothing is written), and a wrong
+    count of inputs or outputs is refused before the module runs."""
+    graph = catalog.layernorm_backward(hidden=576)
+    exe = compiler.compile(graph)
+    call = exe.pointer_call
+    rng = np.random.default_rng(5)
+    inputs = lnb_inputs(3, rng, 576)
+    exe.run(inputs)
+    plan = call.plan(tuple(_dims(inputs)))
+    outs = [np.zeros(s, d) for s, d in zip(plan.shapes, call.out_dtypes)]
+    bad = [inputs[0], rng.standard_normal((4, 576), dtype=np.float32), inputs[2]]
+    with pytest.raises(InputError):
+        call(plan, _addresses(bad, call.nonnull), _dims(bad), _addresses(outs, call.nonnull))
+    assert not outs[0].any()
+    assert exe.stats.engine_errors == 1
+    with pytest.raises(InputError, match="3 inputs and 2 outputs, the module takes 3 and "
+                                         "gives 3"):
+        call(plan, _addresses(inputs, call.nonnull), _dims(inputs),
+             _addresses(outs[:2], call.nonnull))
+
+
+def test_pointer_call_gives_up_on_a_plan_the_module_does_not_follow(compiler):
+    """A plan whose shapes the module does not ask for (as outputs whose shapes depend on
+    values would make) returns False with nothing written, and planning stops, so the
+    bridge takes the checked path from then on."""
+    graph = catalog.layernorm_backward(hidden=768)
+    exe = compiler.compile(graph)
+    module, call = exe._run_fn.module, exe.pointer_call
+    inputs = lnb_inputs(4, np.random.default_rng(6))
+    exe.run(inputs)
+    wrong = _Plan([(4, 512), (512,), (511,)], module.out_dtypes)
+    outs = [np.zeros(s, d) for s, d in zip(wrong.shapes, call.out_dtypes)]
+    assert not call(wrong, _addresses(inputs, call.nonnull), _dims(inputs),
+                    _addresses(outs, call.nonnull))
+    assert module._plans is None and call.plan(tuple(_dims(inputs))) is None
+    check(exe.run(inputs), interpret(graph, inputs))

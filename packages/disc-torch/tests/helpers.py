@@ -28,6 +28,20 @@ def assert_same(got: Any, want: Any, dtype: torch.dtype | None = None) -> None:
     torch.testing.assert_close(got, want, **tol, equal_nan=True)
 
 
+def assert_gradients_match(got: Any, want: Any, rtol: float = 1e-4) -> None:
+    """Each gradient matches eager's in relative norm, the project's criterion for
+    gradients (training_parity.GRAD_RTOL): elementwise, a sum whose terms cancel keeps
+    float32 rounding of the terms' size, so two summation orders can disagree at one
+    element by far more than the elementwise tolerance while the gradient is right; a
+    wrong gradient (a layout or indexing error) is off by O(1) of its norm."""
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape)
+        diff = torch.linalg.vector_norm((g - w).double()).item()
+        norm = torch.linalg.vector_norm(w.double()).item()
+        assert diff <= rtol * norm, f"gradient #{i}: |got - want| / |want| = {diff / norm:.3g}"
+
+
 def fallbacks(op_prefix: str | None = None) -> list[tuple[str, str, str]]:
     """(op type, reason, detail) of every fallback node in this process's report."""
     out = []

@@ -554,44 +554,46 @@ def test_a_failed_partition_runs_the_graph_eagerly(monkeypatch):
                for _, code, detail in failed), failed
 
 
-def test_parameter_views_are_reused_and_follow_every_kind_of_update():
-    """A cluster keeps the numpy views of its parameter arguments between calls; results
-    follow an in-place update (an optimizer step), a replaced ``.data`` of another shape
-    and storage, and a parameter made non-contiguous, exactly as eager does."""
+def test_clusters_read_parameters_by_address_and_follow_every_kind_of_update():
+    """A cluster passes its arguments' addresses to the native module on every call (the
+    numpy path only learns the output shapes of new dims, or copies a non-contiguous
+    argument); results follow an in-place update (an optimizer step), a replaced ``.data``
+    of another storage and a parameter made non-contiguous, exactly as eager does."""
     from disc_torch.cluster import ClusterModule
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(6, 5)
     fn = disc_torch.optimize(lambda x: torch.relu(lin(x)) * 2.0, min_cluster_size=1)
-    kept: list[dict] = []
-    real = ClusterModule._inputs
+    slow: list[int] = []
+    real = ClusterModule._run_arrays
 
     def spy(self, args):
-        out = real(self, args)
-        kept.append(dict(self._param_views))
-        return out
+        slow.append(self.cluster_id)
+        return real(self, args)
 
-    ClusterModule._inputs = spy
+    ClusterModule._run_arrays = spy
     try:
-        for n in (3, 1, 4):  # the same parameters every call: their views are reused
-            x = torch.randn(n, 6)
-            with torch.no_grad():
-                assert_same(fn(x), torch.relu(lin(x)) * 2.0)
-        assert kept and len(kept[-1]) == 2  # weight and bias
-        assert all(kept[-1][i][3] is kept[-2][i][3] for i in kept[-1])
         with torch.no_grad():
-            lin.weight.mul_(-0.5).add_(0.25)  # in place: same storage, the view sees it
-            x = torch.randn(7, 6)
+            for n in (3, 1, 4, 3, 1, 4):  # new dims learn their output shapes once
+                x = torch.randn(n, 6)
+                assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            learnt = len(slow)
+            assert learnt > 0
+            x = torch.randn(4, 6)
             assert_same(fn(x), torch.relu(lin(x)) * 2.0)
-            lin.bias.data = torch.randn(5) * 3  # new storage: a new view
+            lin.weight.mul_(-0.5).add_(0.25)  # in place: same storage
             assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            lin.bias.data = torch.randn(5) * 3  # new storage
+            assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            assert len(slow) == learnt, "calls on known dims took the numpy path"
             lin.weight.data = torch.randn(6, 5).t()  # same shape, transposed: not contiguous
             assert not lin.weight.is_contiguous()
             assert_same(fn(x), torch.relu(lin(x)) * 2.0)
+            assert len(slow) > learnt  # copied on the checked path
             lin.weight.data = lin.weight.data.contiguous()
             assert_same(fn(x), torch.relu(lin(x)) * 2.0)
     finally:
-        ClusterModule._inputs = real
+        ClusterModule._run_arrays = real
 
 
 def test_a_trace_that_fails_only_under_oblivious_sizes_is_retried():

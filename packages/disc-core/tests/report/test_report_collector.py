@@ -132,6 +132,50 @@ def test_recording_is_thread_safe():
         assert rec.graph.calls == 10 + per_graph
 
 
+def test_tallies_count_per_thread_and_every_report_brings_them_in():
+    """A bridge's per-call path counts into tallies (per thread, no lock): reports read
+    while threads count see totals that only grow, the final one every call exactly
+    once, and a graph's tally feeds its calls and fallback time."""
+    c = Collector()
+    rec = c.add_graph(graph(), framework="torch")
+    base_calls, base_seconds = rec.graph.clusters[0].calls, rec.graph.clusters[0].seconds
+    graph_calls, graph_fallback = rec.graph.calls, rec.graph.fallback_seconds or 0.0
+    cluster, whole = rec.cluster_tally(0), rec.graph_tally()
+    threads_n, calls_n = 6, 4000
+    barrier = threading.Barrier(threads_n + 1)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(calls_n):
+            for tally, seconds in ((cluster, 0.5), (whole, 0.25)):
+                try:
+                    cell = tally.local.cell
+                except AttributeError:
+                    cell = tally.cell()
+                cell[0] += 1
+                cell[1] += seconds
+
+    threads = [threading.Thread(target=work) for _ in range(threads_n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    seen = []
+    for _ in range(20):
+        seen.append(c.report().graphs[0].clusters[0].calls)
+    for t in threads:
+        t.join()
+    assert seen == sorted(seen)
+    final = c.report().graphs[0]
+    total = threads_n * calls_n
+    assert final.clusters[0].calls == base_calls + total
+    assert final.clusters[0].seconds == pytest.approx((base_seconds or 0) + 0.5 * total)
+    assert final.calls == graph_calls + total
+    assert final.fallback_seconds == pytest.approx(graph_fallback + 0.25 * total)
+    assert c.report().graphs[0].clusters[0].calls == base_calls + total  # drained once
+    with pytest.raises(KeyError):
+        rec.cluster_tally(99)
+
+
 def test_recording_a_call_is_cheap_and_touches_no_file(tmp_path, monkeypatch):
     c = Collector(tmp_path / "r.json")
     rec = c.add_graph(graph(), framework="torch")

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import inspect
 import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +31,7 @@ from .dtypes import numpy_dtype
 from .engines import RunFn, get_engine
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 from .signature import Signature
+from .thread_counters import ThreadCounters
 
 __all__ = ["AllocateOutput", "Executable", "ExecutableStats"]
 
@@ -44,61 +43,18 @@ _now = time.perf_counter  # a module global: the per-call path reads the clock t
 AllocateOutput = Callable[[int, tuple[int, ...], str], Any]
 
 
-class _CellOwner:
-    """Kept in a thread's local storage next to its cell: when the thread ends it goes, and
-    folds the cell into the stats' base (no cell left behind per thread). It holds the
-    stats weakly, so stats that are gone are not kept alive by threads that called them."""
+class ExecutableStats(ThreadCounters):
+    """Counters of one executable, read via :meth:`snapshot` or the properties: [calls,
+    input_errors, engine_errors, engine_seconds], each thread counting into a cell of its
+    own (:class:`~disc_runtime.thread_counters.ThreadCounters`)."""
 
-    __slots__ = ("cell", "stats")
-
-    def __init__(self, stats: ExecutableStats, cell: list[float]) -> None:
-        self.stats, self.cell = weakref.ref(stats), cell
-
-    def __del__(self) -> None:
-        stats = self.stats()
-        if stats is not None:
-            stats._retire(self.cell)
-
-
-class ExecutableStats:
-    """Counters of one executable, read via :meth:`snapshot` or the properties.
-
-    Each calling thread counts into a cell of its own (created once per thread, under a
-    lock), so the per-call bookkeeping is a few list updates: a lock per call was about a
-    microsecond, a tenth of the per-call overhead budget on small tensors. When a thread
-    ends its counts move into a base the reads add (a server making a thread per request
-    keeps no cell per thread); a read sums the base and the live cells."""
-
-    __slots__ = ("__weakref__", "_base", "_cells", "_lock", "_local")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._base: list[float] = [0, 0, 0, 0.0]
-        self._cells: list[list[float]] = []
-        self._lock = threading.Lock()
-        self._local = threading.local()
-
-    def _cell(self) -> list[float]:
-        """This thread's cell: [calls, input_errors, engine_errors, engine_seconds]."""
-        cell = getattr(self._local, "cell", None)
-        if cell is None:
-            cell = [0, 0, 0, 0.0]
-            with self._lock:
-                self._cells.append(cell)
-            self._local.owner, self._local.cell = _CellOwner(self, cell), cell
-        return cell
-
-    def _retire(self, cell: list[float]) -> None:
-        with self._lock:
-            for i, live in enumerate(self._cells):
-                if live is cell:
-                    del self._cells[i]
-                    break
-            for i, value in enumerate(cell):
-                self._base[i] += value
+        super().__init__(4)
 
     def _total(self, index: int) -> float:
-        with self._lock:
-            return self._base[index] + sum(cell[index] for cell in self._cells)
+        return self.totals()[index]
 
     calls = property(lambda self: int(self._total(0)),
                      doc="run() invocations, including rejected ones.")
@@ -110,9 +66,7 @@ class ExecutableStats:
                               doc="Total wall time spent inside the engine.")
 
     def snapshot(self) -> dict[str, float]:
-        with self._lock:
-            cells = [list(self._base)] + [list(cell) for cell in self._cells]
-        totals = [sum(cell[i] for cell in cells) for i in range(4)]
+        totals = self.totals()
         return {"calls": int(totals[0]), "input_errors": int(totals[1]),
                 "engine_errors": int(totals[2]), "engine_seconds": float(totals[3])}
 
@@ -122,7 +76,7 @@ class ExecutableStats:
     def _count(self, *, seconds: float = 0.0, input_errors: int = 0,
                engine_errors: int = 0) -> None:
         """One call (the error paths; the hot path updates its cell itself)."""
-        cell = self._cell()
+        cell = self.cell()
         cell[0] += 1
         cell[1] += input_errors
         cell[2] += engine_errors
@@ -180,7 +134,14 @@ class Executable:
         # An engine's own hot path (the native engine's), which validates while it runs.
         self._run_checked = getattr(run_fn, "run_checked", None) if self._engine_trusted else None
         self.stats = ExecutableStats()
-        self._stats_local = self.stats._local  # the hot path reads this thread's cell
+        self._stats_local = self.stats.local  # the hot path reads this thread's cell
+        make_pointer_call = getattr(run_fn, "pointer_call", None)
+        #: the engine's call on raw addresses, counted in :attr:`stats`, for a bridge that
+        #: checks its inputs itself (:class:`~disc_runtime.native.PointerCall`; the native
+        #: engine's), or None
+        self.pointer_call: Any = (make_pointer_call(self.stats)
+                                  if make_pointer_call is not None and self._engine_trusted
+                                  else None)
 
     @classmethod
     def load(
@@ -276,7 +237,7 @@ class Executable:
                 try:
                     cell = self._stats_local.cell
                 except AttributeError:
-                    cell = self.stats._cell()
+                    cell = self.stats.cell()
                 cell[0] += 1
                 cell[3] += _now() - start
                 return outputs

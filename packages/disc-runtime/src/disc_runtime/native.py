@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 from .options import RUNTIME_OPTIONS
+from .thread_counters import ThreadCounters
 
 ABI_VERSION = 5
 MODULE_FILE = "native/module.so"
@@ -112,6 +114,7 @@ def launch_support_header() -> str:
 _ffi = cffi.FFI()
 _ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
+_now = time.perf_counter
 
 
 def _public_from_buffer(ctype: Any, obj: Any, require_writable: bool) -> Any:
@@ -524,7 +527,7 @@ class NativeModule:
         return slot
 
     def _new_slot(self) -> _Slot:
-        slot = _Slot(self.out_dtypes, self._table_alloc)
+        slot = _Slot(self.out_dtypes, self._table_alloc, self.n_in)
         for env in (slot.env, slot.table_env):
             env.sgemm, env.dgemm = self.sgemm, self.dgemm
             env.blas_threads_local = self.blas_threads_local
@@ -670,13 +673,24 @@ def _checked_output(arr: Any, index: int, shape: tuple[int, ...], dtype: np.dtyp
 _MAX_PLANS = 256
 
 
+def _row_major_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
 class _Plan:
     """The output shapes of a module's calls on one tuple of input dims, and the same as
     ``disc_table.dims`` (rank, then dims, per output)."""
 
-    __slots__ = ("dims", "pairs", "triples")
+    __slots__ = ("dims", "pairs", "shapes", "strides", "triples")
 
     def __init__(self, shapes: list[tuple[int, ...]], dtypes: Sequence[np.dtype]):
+        self.shapes = list(shapes)
+        #: each output's row-major strides in elements (a framework's strided allocator's)
+        self.strides = [_row_major_strides(s) for s in shapes]
         self.pairs = list(zip(shapes, dtypes))
         # numpy computes ``dtype.name`` in Python (microseconds): once here, not per call
         self.triples = [(s, d, d.name) for s, d in self.pairs]
@@ -687,9 +701,9 @@ class _Slot:
     """Per-thread, reused call state: the env struct, its handle and the error buffer."""
 
     __slots__ = ("state", "handle", "env", "err", "busy", "table", "table_data", "table_env",
-                 "plan", "profile")
+                 "plan", "profile", "in_addresses", "in_data", "out_addresses")
 
-    def __init__(self, dtypes: Sequence[np.dtype], table_alloc: Any = None):
+    def __init__(self, dtypes: Sequence[np.dtype], table_alloc: Any = None, n_in: int = 0):
         self.state = _CallState(dtypes, None)
         self.handle = _ffi.new_handle(self.state)
         self.env = _ffi.new("disc_env *", {"alloc": _alloc, "alloc_ctx": self.handle,
@@ -704,6 +718,11 @@ class _Slot:
             "alloc_ctx": self.table, "counters": _ffi.NULL, "profile": _ffi.NULL})
         self.plan: _Plan | None = None  # whose dims the table points at
         self.profile: Any = _ffi.NULL  # what table_env.profile holds
+        # PointerCall's: the inputs' and outputs' addresses as integers (one slice store
+        # each per call), the same memory as the module's data pointer arrays
+        self.in_addresses = _ffi.new("intptr_t[]", max(1, n_in))
+        self.in_data = _ffi.cast("void **", self.in_addresses)
+        self.out_addresses = _ffi.cast("intptr_t *", self.table_data)
 
 
 def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:
@@ -717,4 +736,86 @@ def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:
     run.run_checked = module.run_checked  # type: ignore[attr-defined]  # Executable's hot path
     run.trusted_outputs = True  # type: ignore[attr-defined]  # shapes come from the signature
     run.profiler = module  # type: ignore[attr-defined]  # Executable.start_profiling
+    # bridges' hot path, made by each Executable with its stats
+    run.pointer_call = functools.partial(PointerCall, module)  # type: ignore[attr-defined]
     return run
+
+
+class PointerCall:
+    """Calls of one native module on raw addresses, for a bridge whose tensors are not
+    numpy arrays (torch's): no array conversion, no output callback, few Python frames.
+    Inside a compiled torch model the caches are cold when a cluster runs (dynamo's and
+    aot_autograd's wrappers ran just before), so every Python frame and every numpy or
+    cffi object made per call costs several times what a warm loop shows: a tiny
+    cluster's call spent 13 us around a 2.5 us native call in ``run``'s numpy path.
+
+    The caller owns what ``run`` checks for it: each input's dtype, rank and C-contiguity
+    (per :attr:`in_specs`), and that every address stays valid for the call. The module
+    itself checks every dim and size symbol, as always. Output shapes come from
+    :meth:`plan`, learnt by one ``run`` on the same input dims (None until then, and for
+    modules whose output shapes depend on input values): the caller allocates them and
+    passes their addresses. Size-0 inputs and outputs must get a non-null address
+    (:attr:`nonnull`), as ``run`` gives them."""
+
+    __slots__ = ("_module", "_stats", "_stats_local", "in_specs", "nonnull", "out_dtypes")
+
+    def __init__(self, module: NativeModule, stats: ThreadCounters | None = None):
+        """``stats``: [calls, input errors, engine errors, seconds] counters to count
+        calls into (an :class:`~disc_runtime.executable.Executable`'s)."""
+        self._module = module
+        self._stats = stats if stats is not None else ThreadCounters(4)
+        self._stats_local = self._stats.local
+        #: (numpy dtype, rank) of each input the module takes
+        self.in_specs = list(module.in_specs)
+        #: numpy dtype of each output
+        self.out_dtypes = list(module.out_dtypes)
+        #: an address to pass for a size-0 tensor (whose own may be 0)
+        self.nonnull = int(_ffi.cast("intptr_t", _NONNULL))
+
+    def plan(self, dims: tuple[int, ...]) -> _Plan | None:
+        """The output shapes (``plan.shapes``) of a call on these input dims (every
+        input's dims, in order), or None: then call through ``run``, which learns them."""
+        plans = self._module._plans
+        return plans.get(dims) if plans is not None else None
+
+    def __call__(self, plan: _Plan, in_addresses: list[int], dims: list[int],
+                 out_addresses: list[int]) -> bool:
+        """One call of the module; False (nothing written) when it asked for output shapes
+        other than ``plan``'s (its outputs depend on values: use ``run`` from now on).
+        Raises :class:`InputError` with the module's words when it rejects the inputs."""
+        module = self._module
+        slot = getattr(module._local, "slot", None)
+        if slot is None or slot.busy:
+            slot = module._slot()
+        n_in = len(in_addresses)
+        if n_in != module.n_in or len(out_addresses) != module.n_out:
+            raise InputError(f"{n_in} inputs and {len(out_addresses)} outputs, the module "
+                             f"takes {module.n_in} and gives {module.n_out}")
+        slot.in_addresses[0:n_in] = in_addresses
+        if out_addresses:
+            slot.out_addresses[0:len(out_addresses)] = out_addresses
+        slot.busy = True
+        if slot.plan is not plan:
+            slot.table.dims = plan.dims
+            slot.plan = plan
+        env = slot.table_env
+        if slot.profile is not module._profile_ptr:
+            env.profile = slot.profile = module._profile_ptr
+        start = _now()
+        try:
+            rc = module.lib.disc_run(slot.in_data, dims or _ffi.NULL, n_in, env, slot.err, 512)
+        finally:
+            slot.busy = False
+        try:
+            cell = self._stats_local.cell
+        except AttributeError:
+            cell = self._stats.cell()
+        cell[0] += 1
+        cell[3] += _now() - start
+        if rc == 0:
+            return True
+        if slot.table.missed:
+            module._plans = None  # output shapes depend on values: callbacks only
+            return False
+        cell[2] += 1
+        raise InputError(_ffi.string(slot.err).decode(errors="replace"))

@@ -1,9 +1,9 @@
 """A compiled cluster as an nn.Module inside the partitioned FX graph.
 
 It owns the cluster's original FX submodule (the eager fallback) and, when compilation
-succeeded, a disc-runtime executable. Tensors go in as zero-copy numpy views; outputs are
-allocated as torch tensors through the runtime's ``allocate_output`` hook, so what comes
-back is torch memory written by the native module, no copy. Any failure inside DISC turns
+succeeded, a disc-runtime executable. Tensors go in by address (or as zero-copy numpy
+views), outputs are allocated as torch tensors, so what comes back is torch memory written
+by the native module, no copy. Any failure inside DISC turns
 the cluster into its eager fallback for good, warns once, and is recorded in the report.
 """
 
@@ -31,6 +31,20 @@ from .fallback import NOTICE, DiscFallbackWarning, warn_once
 from .lowering import LoweredCluster
 
 __all__ = ["Clock", "ClusterModule", "DiscFallbackWarning", "warn_once"]
+
+_now = time.perf_counter  # a module global: the per-call path reads the clock twice
+
+
+def _torch_empty_strided(shape: tuple[int, ...], strides: tuple[int, ...],
+                         dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty_strided(shape, strides, dtype=dtype)
+
+
+#: a CPU tensor of these sizes, strides and dtype, uninitialized: Inductor's own allocator
+#: for its outputs where this torch has it (about half of ``torch.empty``'s cost, whose
+#: argument parsing handles every device and option), torch's public call where not
+_empty_strided = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None),
+                         "_empty_strided_cpu", _torch_empty_strided)
 
 #: numpy dtype name of a DISC output -> the torch dtype its tensor is allocated with
 _NP_NAME_TO_TORCH = {dt.np_name: t for t, dt in TORCH_DTYPES.items() if dt is not DType.BF16}
@@ -79,6 +93,9 @@ class ClusterModule(torch.nn.Module):
         self._single = single_output
         self._exe: Any = None
         self._clock = clock
+        #: this cluster's calls and seconds in DISC, per thread (read by the report)
+        self._tally = recorder.cluster_tally(cluster_id)
+        self._tally_cell = self._tally.local  # the per-call path reads its cell here
         self._sources: list[tuple[str, tuple]] = []
         #: the accuracy guard's policy (None: off) and the calls it has seen
         self._check = accuracy_check
@@ -94,8 +111,8 @@ class ClusterModule(torch.nn.Module):
         self._source_text: tuple[str, list] | None = None
         self._profile = profile
         self._dump_key: str | None = None
-        #: argument position -> (parameter, data_ptr, shape, its numpy view) from last call
-        self._param_views: dict[int, tuple[torch.Tensor, int, torch.Size, np.ndarray]] = {}
+        self._pointer: Any = None  # the executable's raw-address call (attach_frozen)
+        self._last_plan: tuple[list[int], Any] = ([], None)
 
     def building(self, lowered: LoweredCluster, future: Future) -> None:
         """The background build of ``lowered`` that will attach the executable (or fail
@@ -151,6 +168,8 @@ class ClusterModule(torch.nn.Module):
         self._raw_sources = list(symbol_sources)
         self._sources = [(name, _prepare(src)) for name, src in symbol_sources]
         self._exe = executable
+        self._pointer, self._pointer_specs, self._out_dtypes = _pointer_path(
+            executable, self._tensor_args, len(self._sources))
         #: its key while its first call's inputs are still to be saved (DISC_BISECT_DUMP)
         self._dump_key = executable.artifact.key if selection.dump_dir() else None
         if self._profile and executable.can_profile:
@@ -204,15 +223,20 @@ class ClusterModule(torch.nn.Module):
             self._settle()
         if self._exe is None:
             return self.fallback(*args[:self.n_own])
-        start = time.perf_counter()
+        start = _now()
         try:
             outs = self._run(args)
         except Exception as exc:  # DISC must never break the user's program
             self.fail(ReasonCode.RUNTIME_ERROR, f"{type(exc).__name__}: {exc}")
             return self.fallback(*args[:self.n_own])
-        elapsed = time.perf_counter() - start
+        elapsed = _now() - start
         self._clock.seconds += elapsed
-        self._recorder.cluster_call(self.cluster_id, elapsed)
+        try:
+            cell = self._tally_cell.cell
+        except AttributeError:
+            cell = self._tally.cell()
+        cell[0] += 1
+        cell[1] += elapsed
         if self._check is not None:
             self._calls += 1
             if self._check.due(self._calls - 1):
@@ -224,31 +248,60 @@ class ClusterModule(torch.nn.Module):
                     return expected[0] if self._single else tuple(expected)
         return outs[0] if self._single else tuple(outs)
 
-    def _inputs(self, args: tuple[Any, ...]) -> list[np.ndarray]:
-        """The cluster's tensor arguments as numpy views (zero copy).
-
-        A model's parameters come back as the same objects every call, so their views are
-        kept and reused while the parameter still has the same storage pointer, shape and
-        contiguity (an optimizer's in-place update keeps all three and the view sees it;
-        ``p.data = ...`` or a resize makes a new view). Activations are converted afresh:
-        a kept view would keep their memory alive."""
-        arrays = []
-        views = self._param_views
-        for i in self._tensor_args:
-            t = args[i]
-            v = views.get(i)
-            if (v is not None and v[0] is t and t.data_ptr() == v[1] and t.shape == v[2]
-                    and t.is_contiguous()):
-                arrays.append(v[3])
-                continue
-            a = _as_numpy(t)
-            if type(t) is torch.nn.Parameter and t.is_contiguous():
-                views[i] = (t, t.data_ptr(), t.shape, a)
-            arrays.append(a)
-        return arrays
+    #: the partitioned graph's code calls clusters directly: ``nn.Module.__call__``'s hook
+    #: machinery (nobody hooks a cluster) cost about as much as a small cluster's native
+    #: call, and every Python frame on this path counts double inside a compiled model,
+    #: where dynamo's and aot_autograd's wrappers have just evicted it from the caches
+    __call__ = forward
 
     def _run(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
-        arrays = self._inputs(args)
+        """The cluster's outputs, torch tensors the native module wrote.
+
+        The usual call hands the tensors' addresses straight to the module
+        (:class:`~disc_runtime.native.PointerCall`), after the checks the runtime's numpy
+        path would make: dtype, rank, contiguity, CPU memory. Anything else takes that path
+        (:meth:`_run_arrays`): the first call on new dims (which learns the output
+        shapes), a non-contiguous input (copied), outputs whose shapes depend on values.
+        One function, not one per step: this path is kept to few Python frames."""
+        call = self._pointer
+        if call is not None and self._dump_key is None:
+            addresses: list[int] = []
+            dims: list[int] = []
+            nonnull = call.nonnull
+            for i, dtype, rank in self._pointer_specs:
+                t = args[i]
+                if (t.dtype is not dtype or t.dim() != rank or not t.is_contiguous()
+                        or not t.is_cpu):
+                    return self._run_arrays(args)
+                addresses.append(t.data_ptr() or nonnull)
+                dims += t.shape
+            for _name, source in self._sources:  # a size symbol: a [value, 0] input
+                addresses.append(nonnull)
+                dims += (_symbol_value(source, args, self.n_own), 0)
+            last = self._last_plan  # (dims, plan) of the last call: one read, so atomic
+            if dims == last[0]:
+                plan = last[1]
+            else:
+                plan = call.plan(tuple(dims))
+                if plan is not None:
+                    self._last_plan = (dims, plan)
+            if plan is not None:  # output shapes known for these dims
+                outs: list[torch.Tensor] = []
+                out_addresses: list[int] = []
+                for shape, strides, dtype in zip(plan.shapes, plan.strides, self._out_dtypes):
+                    out = _empty_strided(shape, strides, dtype)
+                    outs.append(out)
+                    out_addresses.append(out.data_ptr() or nonnull)
+                if call(plan, addresses, dims, out_addresses):
+                    return outs
+                self._last_plan = ([], None)  # the module plans no more (value-dependent)
+        return self._run_arrays(args)
+
+    def _run_arrays(self, args: tuple[Any, ...]) -> list[torch.Tensor]:
+        """The cluster's outputs through the runtime's checked numpy path: inputs as numpy
+        views (zero copy; a non-contiguous one copied), outputs allocated as torch tensors
+        by the ``allocate_output`` hook."""
+        arrays = [_as_numpy(args[i]) for i in self._tensor_args]
         for _name, source in self._sources:
             arrays.append(np.empty((_symbol_value(source, args, self.n_own), 0), np.uint8))
         if self._dump_key is not None:
@@ -256,8 +309,6 @@ class ClusterModule(torch.nn.Module):
         allocated: dict[int, torch.Tensor] = {}
 
         def allocate(index: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-            # sizes as separate arguments parse faster than one tuple (3.7 against 5.2 us
-            # here, per output of every call); a 0-d output has no sizes to spread
             t = torch.empty(*shape, dtype=_NP_NAME_TO_TORCH[dtype]) if shape else torch.empty(
                 (), dtype=_NP_NAME_TO_TORCH[dtype])
             allocated[index] = t
@@ -287,6 +338,23 @@ class ClusterModule(torch.nn.Module):
                 return f"output #{i} is a {got.dtype} tensor, eager gives {want!r:.80}"
         return compare_outputs([_as_numpy(t) for t in outs],
                                [_as_numpy(t) for t in expected], self._check)
+
+
+def _pointer_path(executable: Any, tensor_args: list[int], n_symbols: int
+                  ) -> tuple[Any, list[tuple[int, torch.dtype, int]], list[torch.dtype]]:
+    """The executable's raw-address call with, per tensor argument, (argument position,
+    torch dtype, rank) it must have, and the torch dtype of each output; (None, [], [])
+    when it has no such call or a dtype has no torch counterpart."""
+    call = getattr(executable, "pointer_call", None)
+    if call is None or len(call.in_specs) != len(tensor_args) + n_symbols:
+        return None, [], []
+    try:
+        specs = [(i, _NP_NAME_TO_TORCH[dtype.name], rank)
+                 for i, (dtype, rank) in zip(tensor_args, call.in_specs)]
+        out_dtypes = [_NP_NAME_TO_TORCH[dtype.name] for dtype in call.out_dtypes]
+    except KeyError:
+        return None, [], []
+    return call, specs, out_dtypes
 
 
 def _prepare(source: tuple) -> tuple:

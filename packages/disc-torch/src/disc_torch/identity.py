@@ -21,6 +21,7 @@ always correct.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
 import inspect
@@ -38,6 +39,7 @@ UNSERIALIZABLE = ("ID_MATCH", "FUNCTION_MATCH", "CLASS_MATCH", "MODULE_MATCH",
 #: of those, guards on something other than an object's identity: no description can
 #: stand in for them (a dict's version changes with its contents)
 NOT_PINNABLE = ("DICT_VERSION",)
+_BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 def describe(obj: Any) -> tuple:
@@ -72,11 +74,15 @@ class IdentityPins:
     def __init__(self, fn: Callable[..., Any]):
         self._fn = fn
         self.pins: dict[str, tuple] = {}  # source expression -> description
-        self._compiled: dict[str, Any] = {}
+        #: every pin's expression in one tuple: one eval per call, not one per pin
+        self._all: Any = None
+        #: whether some pin reads the call's arguments or closure (else: _global_scope)
+        self._needs_locals = False
         self._last_ids: tuple[int, ...] | None = None
         self.unsafe: str | None = None
         inner = getattr(fn, "__func__", fn)
         self._globals = _FrameGlobals(getattr(inner, "__globals__", {}))
+        self._global_scope = {"G": self._globals, "__builtins__": __builtins__}
         self._self = getattr(fn, "__self__", None)
         self._signature = inspect.signature(inner)
         params = list(self._signature.parameters.values())
@@ -117,12 +123,17 @@ class IdentityPins:
     def add(self, expression: str, description: tuple) -> None:
         """Pin the object ``expression`` names (dynamo's source syntax) to ``description``."""
         try:
-            self._compiled[expression] = compile(expression, "<dynamo guard>", "eval")
+            names = {n.id for n in ast.walk(ast.parse(expression, mode="eval"))
+                     if isinstance(n, ast.Name)}
         except SyntaxError:
             self.unsafe = self.unsafe or f"cannot evaluate dynamo's guard on {expression}"
             return
         self.pins[expression] = tuple(description)
         self._last_ids = None
+        self._all = compile("(" + ", ".join(f"({e})" for e in self.pins) + ",)",
+                            "<dynamo guards>", "eval")
+        if names - {"G"} - _BUILTIN_NAMES:
+            self._needs_locals = True
 
     # -- on every call -------------------------------------------------------------------
 
@@ -132,9 +143,11 @@ class IdentityPins:
             raise PinError(self.unsafe)
         if not self.pins:
             return
-        scope = self._scope(args, kwargs)
+        # only a pin on an argument or a closure variable needs this call's locals; the
+        # usual pins (``G['torch'].nn.functional.gelu``) read globals alone
+        scope = self._scope(args, kwargs) if self._needs_locals else self._global_scope
         try:
-            objects = [eval(code, scope) for code in self._compiled.values()]  # noqa: S307
+            objects = eval(self._all, scope)  # noqa: S307
         except Exception as exc:
             raise PinError(f"cannot evaluate a pinned guard ({type(exc).__name__}: {exc})"
                            ) from None

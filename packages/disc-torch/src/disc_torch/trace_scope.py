@@ -108,19 +108,35 @@ def _register() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def asking(trace: bool, specialize_floats: bool, caching: bool) -> Iterator[None]:
+class asking:  # noqa: N801 (used as a function: ``with asking(...):``)
     """Within it, a dynamo compile in this thread runs with :func:`tracing_config` (when
     ``trace``) and ``caching_graphs(caching)``; calls that compile nothing pay two
-    attribute writes."""
-    if not _register():
-        with contextlib.ExitStack() as stack:
-            _enter(stack, trace, specialize_floats, caching)
-            yield
-        return
-    previous = _asked.settings
-    _asked.settings = (trace, specialize_floats, caching)
-    try:
-        yield
-    finally:
-        _asked.settings = previous
+    attribute writes. A class rather than a generator-based context manager: it runs
+    around every call of an optimized callable, and the generator's machinery cost more
+    than the call's own bookkeeping."""
+
+    __slots__ = ("_previous", "_settings", "_stack")
+
+    def __init__(self, trace: bool, specialize_floats: bool, caching: bool):
+        self._settings = (trace, specialize_floats, caching)
+        self._stack: contextlib.ExitStack | None = None
+        self._previous: tuple[bool, bool, bool] | None = None
+
+    def __enter__(self) -> None:
+        if not _register():  # no compile callbacks in this torch: settings for the call
+            stack = contextlib.ExitStack()
+            try:
+                _enter(stack, *self._settings)
+            except BaseException:
+                stack.close()  # undo what was entered
+                raise
+            self._stack = stack
+            return
+        self._previous = _asked.settings
+        _asked.settings = self._settings
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stack is not None:
+            self._stack.close()
+        else:
+            _asked.settings = self._previous

@@ -162,6 +162,4 @@ def flush_cluster_calls(libs: Sequence[LaunchLibrary | Any],
         if calls <= seen_calls:
             continue
         seen[key] = (calls, secs)
-        per_call = (secs - seen_secs) / (calls - seen_calls)
-        for _ in range(calls - seen_calls):
-            recorder.cluster_call(cluster_id, per_call)
+        recorder.cluster_calls(cluster_id, calls - seen_calls, secs - seen_secs)

@@ -12,6 +12,7 @@ Typical bridge use::
     graph = report.graph_report(name, nodes, clustering, op_type=op_of, support=verdicts)
     recorder = report.get_collector().add_graph(graph, framework="torch", framework_version=v)
     recorder.cluster_call(cluster_id, seconds)      # on every call, O(1)
+    tally = recorder.cluster_tally(cluster_id)      # or a per-thread, lock-free count
     recorder.cluster_profile(cluster_id, steps)     # profiling on: from a flush hook
 """
 
@@ -19,6 +20,7 @@ from ._fields import ReportFormatError
 from .build import graph_report
 from .collector import (
     ENV_VAR,
+    CallTally,
     Collector,
     GraphRecorder,
     ReportWriteWarning,
@@ -52,6 +54,7 @@ from .summary import Summary, summarize
 __all__ = [
     "ENV_VAR",
     "KERNEL_KINDS",
+    "CallTally",
     "MIN_SCHEMA_VERSION",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",

@@ -4,8 +4,10 @@ Bridges add a :class:`GraphReport` when they capture a graph and then record com
 results and call timings through the returned :class:`GraphRecorder`. Two promises to the
 user's program shape this module:
 
-* Recording never slows it measurably: a call record is one lock and a few additions on
-  objects found at ``add_graph`` time; no file I/O, no allocation that grows per call.
+* Recording never slows it measurably: a call record is a few additions, into a
+  per-thread :class:`CallTally` on a bridge's per-call path (read when a report is) or
+  under one lock on objects found at ``add_graph`` time; no file I/O, no allocation that
+  grows per call.
 * Reporting never breaks it: the report is written at interpreter exit (when
   ``DISC_REPORT=path`` is set or :func:`configure` was called) or on request, atomically
   (temp file + rename, so a reader never sees half a file), and a failure to write is one
@@ -28,6 +30,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from disc_runtime.thread_counters import ThreadCounters
+
 from ..options import CORE_OPTIONS
 from .files import write_report
 from .model import ClusterRecord, Engine, GraphReport, KernelTime, ReasonCode, Report, RunInfo
@@ -35,6 +39,7 @@ from .ranks import rank_label
 
 __all__ = [
     "ENV_VAR",
+    "CallTally",
     "Collector",
     "GraphRecorder",
     "ReportWriteWarning",
@@ -62,6 +67,7 @@ class GraphRecorder:
     """Records what happens to one captured graph; every method is O(1) or O(cluster)."""
 
     def __init__(self, owner: Collector, graph: GraphReport) -> None:
+        self._owner = owner
         self._lock = owner._lock
         self.graph = graph
         self._clusters: dict[int, ClusterRecord] = {c.id: c for c in graph.clusters}
@@ -120,6 +126,21 @@ class GraphRecorder:
             if seconds is not None:
                 cluster.seconds = (cluster.seconds or 0.0) + seconds
 
+    def cluster_calls(self, cluster_id: int, calls: int, seconds: float | None = None) -> None:
+        """``calls`` calls of a compiled cluster, ``seconds`` in all when measured."""
+        cluster = self._clusters[cluster_id]
+        with self._lock:
+            cluster.calls += calls
+            if seconds is not None:
+                cluster.seconds = (cluster.seconds or 0.0) + seconds
+
+    def cluster_tally(self, cluster_id: int) -> CallTally:
+        """Counters the bridge's per-call path adds a cluster's calls and seconds to
+        (:class:`CallTally`: no lock and no call per call); every report reads them."""
+        self._clusters[cluster_id]  # noqa: B018 (a KeyError now, not at the first report)
+        return self._owner._track(CallTally(
+            lambda calls, seconds: self.cluster_calls(cluster_id, calls, seconds)))
+
     def cluster_profile(self, cluster_id: int, entries: list[KernelTime]) -> None:
         """The cluster's time per kernel, library call and host work so far (replaces the
         last profile). The native module sums these itself, so a bridge's flush hook
@@ -141,6 +162,43 @@ class GraphRecorder:
             if fallback_seconds is not None:
                 graph.fallback_seconds = (graph.fallback_seconds or 0.0) + fallback_seconds
 
+    def graph_calls(self, calls: int, fallback_seconds: float | None = None) -> None:
+        """``calls`` calls of the whole graph, ``fallback_seconds`` in fallback ops in all."""
+        graph = self.graph
+        with self._lock:
+            graph.calls += calls
+            if fallback_seconds is not None:
+                graph.fallback_seconds = (graph.fallback_seconds or 0.0) + fallback_seconds
+
+    def graph_tally(self) -> CallTally:
+        """Counters for the graph's calls and seconds in fallback ops, as
+        :meth:`cluster_tally`."""
+        return self._owner._track(CallTally(self.graph_calls))
+
+
+class CallTally(ThreadCounters):
+    """[calls, seconds] a bridge counts on its per-call path, per thread and without a lock
+    (``cell = tally.local.cell``, made by :meth:`~ThreadCounters.cell` the first time in a
+    thread; then ``cell[0] += 1; cell[1] += seconds``). The collector keeps every tally
+    and hands what each counted since the last report to its sink before a report is
+    read. A recorder method per call took a lock and two Python calls, a noticeable part
+    of a small cluster's call inside a compiled model."""
+
+    __slots__ = ("_sink", "_taken")
+
+    def __init__(self, sink: Callable[[int, float], None]) -> None:
+        super().__init__(2)
+        self._sink = sink
+        self._taken = (0, 0.0)
+
+    def drain(self) -> None:
+        """Hand the calls and seconds counted since the last drain to the sink."""
+        calls, seconds = self.totals()
+        taken_calls, taken_seconds = self._taken
+        if calls != taken_calls:
+            self._taken = (calls, seconds)
+            self._sink(int(calls - taken_calls), seconds - taken_seconds)
+
 
 class Collector:
     """Runs and graphs of this process; thread-safe. Most code uses :func:`get_collector`."""
@@ -153,6 +211,9 @@ class Collector:
         self._atexit = False
         self._warned = False
         self._flush_hooks: list[Callable[[], None]] = []
+        #: every recorder's tallies (as long-lived as the graph records they feed)
+        self._tallies: list[CallTally] = []
+        self._drain_lock = threading.Lock()  # one report drains at a time
         if path is not None:
             self.configure(path)
 
@@ -195,6 +256,11 @@ class Collector:
             if hook not in self._flush_hooks:
                 self._flush_hooks.append(hook)
 
+    def _track(self, tally: CallTally) -> CallTally:
+        with self._lock:
+            self._tallies.append(tally)
+        return tally
+
     def report(self, framework: str | None = None) -> Report:
         """A snapshot (a deep copy: later recording does not change it).
 
@@ -206,6 +272,9 @@ class Collector:
             except Exception as exc:  # never let reporting break the user's program
                 warnings.warn(f"DISC: bringing call counts into the report failed: "
                               f"{type(exc).__name__}: {exc}", ReportWriteWarning, stacklevel=2)
+        with self._drain_lock:
+            for tally in list(self._tallies):
+                tally.drain()
         with self._lock:
             runs = [r for r in self._runs.values() if framework in (None, r.framework)]
             ids = {r.id for r in runs}
@@ -242,6 +311,7 @@ class Collector:
         with self._lock:
             self._runs.clear()
             self._graphs.clear()
+            self._tallies.clear()
 
     def _write_at_exit(self) -> None:
         if self._path is not None:
