@@ -201,15 +201,6 @@ def run_case(case: str, mode: str, names: list[str], ss: list[int], rounds: int)
     return row
 
 
-def gemm_library() -> dict[str, Any]:
-    from disc_runtime.native import blas_choice
-
-    choice = blas_choice()
-    return {"disc": provenance.library_name(choice.get("f32_gemm") or choice.get("library")),
-            "reason": choice.get("reason"), "eager": "torch's own (MKL / oneDNN)",
-            "inductor": "torch's own (extern mm) and its generated code"}
-
-
 def main() -> int:
     allocator.pin()  # one heap behaviour for every contender (benchmarks/allocator.py)
     ss = lengths(ARGS.quick)
@@ -222,7 +213,7 @@ def main() -> int:
 
     record = provenance.machine(THREADS, {"torch": torch.__version__,
                                           "disc-core": disc_core.__version__},
-                                gemm_library())
+                                provenance.torch_same_library())
     busy = others.pct()
     record["other_processes_pct"] = None if busy is None else round(busy, 1)
     print(provenance.headline(record))

@@ -255,3 +255,14 @@ class OtherLoad:
         # /proc/stat and os.times() count in clock ticks (10 ms): ignore 3 ticks of slack
         others = max(0.0, busy - own - 3 / os.sysconf("SC_CLK_TCK"))
         return 100 * others / (wall * (os.cpu_count() or 1))
+
+
+def torch_same_library() -> dict[str, Any]:
+    """The ``gemm_library`` record of a torch benchmark that runs DISC's GEMMs on torch's
+    own MKL (``DISC_BLAS_TUNE=0``) against eager and Inductor."""
+    from disc_runtime.native import blas_choice
+
+    choice = blas_choice()
+    return {"disc": library_name(choice.get("f32_gemm") or choice.get("library")),
+            "reason": choice.get("reason"), "eager": "torch's own (MKL / oneDNN)",
+            "inductor": "torch's own (extern mm) and its generated code"}
