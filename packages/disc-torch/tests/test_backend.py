@@ -615,3 +615,47 @@ def test_a_trace_that_fails_only_under_oblivious_sizes_is_retried():
     bad = disc_torch.optimize(lambda a: a @ a)
     with pytest.raises(Exception, match="mat"):
         bad(torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32,
+                                   torch.bool])
+def test_repeated_dims_run_by_address_at_every_dtype_and_size(dtype):
+    """The second call on the same dims runs by address (no numpy path): results equal
+    eager's at every dtype, on empty, one-element and odd sizes, with a broadcast operand,
+    an output of another dtype, and a non-contiguous argument sent to the checked path."""
+    from disc_torch.cluster import ClusterModule
+
+    def fn(x, y):
+        if dtype is torch.bool:
+            return (x ^ y) | x, (x & y).sum(-1)
+        return x * 2 + y, (x > y).sum(-1), (x - y).abs().amax(-1, keepdim=True)
+
+    def make(shape, seed):
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn(shape, generator=g) * 5)
+        return (x > 0) if dtype is torch.bool else x.to(dtype)
+
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    slow: list[int] = []
+    real = ClusterModule._run_arrays
+
+    def spy(self, args):
+        slow.append(1)
+        return real(self, args)
+
+    ClusterModule._run_arrays = spy
+    try:
+        for rows in (3, 0, 1, 7):
+            for seed in (1, 2):  # the second call on these dims: by address
+                x, y = make((rows, 5), seed), make((5,), seed + 10)
+                before = len(slow)
+                assert_same(compiled(x, y), fn(x, y))
+                if seed == 2:
+                    assert len(slow) == before, f"rows={rows}: repeated dims took the numpy path"
+        x, y = make((6, 10), 3)[:, ::2], make((5,), 4)  # strided: copied on the checked path
+        before = len(slow)
+        assert_same(compiled(x, y), fn(x, y))
+        assert len(slow) > before
+    finally:
+        ClusterModule._run_arrays = real
+    assert disc_torch.report().summary().compiled > 0
