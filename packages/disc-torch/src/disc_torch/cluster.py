@@ -170,6 +170,7 @@ class ClusterModule(torch.nn.Module):
         self._exe = executable
         self._pointer, self._pointer_specs, self._out_dtypes = _pointer_path(
             executable, self._tensor_args, len(self._sources))
+        self._last_plan = ([], None)  # a plan of another executable would not fit
         #: its key while its first call's inputs are still to be saved (DISC_BISECT_DUMP)
         self._dump_key = executable.artifact.key if selection.dump_dir() else None
         if self._profile and executable.can_profile:
