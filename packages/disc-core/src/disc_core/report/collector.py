@@ -120,11 +120,7 @@ class GraphRecorder:
 
     def cluster_call(self, cluster_id: int, seconds: float | None = None) -> None:
         """One call of a compiled cluster (hot path: no I/O, constant time)."""
-        cluster = self._clusters[cluster_id]
-        with self._lock:
-            cluster.calls += 1
-            if seconds is not None:
-                cluster.seconds = (cluster.seconds or 0.0) + seconds
+        self.cluster_calls(cluster_id, 1, seconds)
 
     def cluster_calls(self, cluster_id: int, calls: int, seconds: float | None = None) -> None:
         """``calls`` calls of a compiled cluster, ``seconds`` in all when measured."""
@@ -156,11 +152,7 @@ class GraphRecorder:
 
     def graph_call(self, fallback_seconds: float | None = None) -> None:
         """One call of the whole graph, with the time spent in fallback ops if measured."""
-        graph = self.graph
-        with self._lock:
-            graph.calls += 1
-            if fallback_seconds is not None:
-                graph.fallback_seconds = (graph.fallback_seconds or 0.0) + fallback_seconds
+        self.graph_calls(1, fallback_seconds)
 
     def graph_calls(self, calls: int, fallback_seconds: float | None = None) -> None:
         """``calls`` calls of the whole graph, ``fallback_seconds`` in fallback ops in all."""
