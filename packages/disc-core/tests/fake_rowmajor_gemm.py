@@ -26,12 +26,13 @@ def _matrix(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
 
 class FakeRowMajorGemm:
     """C = alpha op(A) op(B) + beta C in numpy, recording every call's (transa, transb, M,
-    N, K) in ``calls`` and its (A, B, C) addresses in ``pointers``; beta = 0 must not read
-    C, so C is overwritten rather than scaled then."""
+    N, K) in ``calls``, its (A, B, C) addresses in ``pointers`` and its (lda, ldb) in
+    ``leading``; beta = 0 must not read C, so C is overwritten rather than scaled then."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, int, int, int]] = []
         self.pointers: list[tuple[int, int, int]] = []
+        self.leading: list[tuple[int, int]] = []
         self.lock = threading.Lock()
         self.fn = ROWMAJOR(self)
         self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
@@ -41,6 +42,7 @@ class FakeRowMajorGemm:
         with self.lock:
             self.calls.append((ta, tb, m, n, k))
             self.pointers.append((a, b, c))
+            self.leading.append((lda, ldb))
         opa = _matrix(a, m, k, lda) if ta == "N" else _matrix(a, k, m, lda).T
         opb = _matrix(b, k, n, ldb) if tb == "N" else _matrix(b, n, k, ldb).T
         out = _matrix(c, m, n, ldc)

@@ -78,3 +78,60 @@ def test_f64_gemms_keep_the_fortran_blas(fake) -> None:
                               rhs_contract=[0]))
     _run(compiler, g, [RNG.standard_normal((9, 4)), RNG.standard_normal((4, 6))])
     assert gemm.calls == []
+
+
+def _dot(b, x, w, lhs_t, rhs_t, batch=0):
+    nb = list(range(batch))
+    return b.dot_general(x, w, lhs_batch=nb, rhs_batch=nb,
+                         lhs_contract=[batch if lhs_t else batch + 1],
+                         rhs_contract=[batch + 1 if rhs_t else batch])
+
+
+# (lhs transposed, rhs transposed, M, N, K, epilogue, batch): products whose transposed A
+# (rows M apart) or plain B (rows N apart) lies a multiple of 1 KB apart, across the
+# helper's splits (rows, columns, a long K split over the team, batches, row blocks with an
+# epilogue), and some that must stay unpadded
+PAD_CASES = [
+    (True, False, 256, 40, 64, False, 0),     # weight gradient, C split by rows: A padded
+    (True, False, 256, 512, 48, False, 0),    # C split by columns: A and B padded
+    (True, False, 256, 32, 2100, False, 0),   # long K split over the team: A padded
+    (False, False, 96, 256, 64, True, 0),     # a layer with an epilogue (row blocks): B
+    (False, False, 300, 256, 40, False, 0),   # C split by rows (M >= N): B padded
+    (False, False, 64, 512, 40, False, 0),    # split by columns after a plain A: unpadded
+    (True, True, 512, 64, 40, False, 0),      # transposed A and B: A padded
+    (True, False, 256, 64, 24, False, 3),     # batched (one call per batch): A and B
+    (True, False, 200, 64, 40, False, 0),     # rows 800 bytes apart: unpadded
+    (False, False, 20, 256, 64, True, 0),     # B read by fewer than 32 rows: unpadded
+]
+
+
+@pytest.mark.parametrize("lhs_t, rhs_t, m, n, k, epilogue, batch", PAD_CASES)
+def test_operands_with_aliasing_rows_are_padded(fake, lhs_t, rhs_t, m, n, k, epilogue,
+                                                 batch) -> None:
+    """oneDNN's sgemm packs a transposed A or a plain B slowly when its rows lie a multiple
+    of 1 KB apart (csrc/gemm.c); the module copies such an operand with its rows 64 bytes
+    further apart. Every split must read the copy at its own offsets and still tile C."""
+    gemm, compiler = fake
+    b = GraphBuilder(f"rm_pad_{lhs_t}_{rhs_t}_{epilogue}_{batch}")
+    M, N, K = b.symbol("M"), b.symbol("N"), b.symbol("K")
+    lead = [b.symbol("B")] if batch else []
+    x = b.input("x", "f32", [*lead, K, M] if lhs_t else [*lead, M, K])
+    w = b.input("w", "f32", [*lead, N, K] if rhs_t else [*lead, K, N])
+    y = _dot(b, x, w, lhs_t, rhs_t, len(lead))
+    g = b.build(b.tanh(y) if epilogue else y)
+    shape_x = (k, m) if lhs_t else (m, k)
+    shape_w = (n, k) if rhs_t else (k, n)
+    lead_dims = (batch,) if batch else ()
+    xs = RNG.standard_normal(lead_dims + shape_x).astype(np.float32)
+    ws = RNG.standard_normal(lead_dims + shape_w).astype(np.float32)
+    before = len(gemm.calls)
+    _run(compiler, g, [xs, ws])
+    calls, leading = gemm.calls[before:], gemm.leading[before:]
+    # the calls cover the product exactly (a split K tiles C once per member's K slice)
+    assert calls and sum(c[2] * c[3] * c[4] for c in calls) == m * n * k * max(batch, 1)
+    aliasing_a = lhs_t and m % 256 == 0 and n >= 32
+    aliasing_b = (not rhs_t and n % 256 == 0 and m >= 32
+                  and (epilogue or m >= n or lhs_t))
+    natural_a, natural_b = (m if lhs_t else k), (k if rhs_t else n)
+    assert {lda for lda, _ in leading} == {natural_a + 16 if aliasing_a else natural_a}
+    assert {ldb for _, ldb in leading} == {natural_b + 16 if aliasing_b else natural_b}

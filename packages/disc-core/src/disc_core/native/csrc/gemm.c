@@ -46,7 +46,19 @@ typedef void (*disc_pro_fn)(void *const *, const int64_t *, int64_t, int64_t, vo
     DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,             \
     int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q, \
     int pro_lhs)
+/* the implementation's: the entry's plus the distance between the rows of A and of B
+   (a_ld: M when A is transposed, else K; b_ld: K when B is transposed, else N; more where
+   the entry padded them) */
+#define DISC_GEMM_IMPL_PARAMS (const disc_env *env, int ta, int tb,                         \
+    int64_t M, int64_t N, int64_t K, int64_t B, int a_shared, int b_shared,                 \
+    const DISC_GEMM_T *A, const DISC_GEMM_T *Bm,                                            \
+    DISC_GEMM_T *Cm, disc_epi_fn epi, void *const *epi_args, const int64_t *S,             \
+    int64_t epi_q, int64_t *epi_count, disc_pro_fn pro, void *const *pro_args, int64_t pro_q, \
+    int pro_lhs, int64_t a_ld, int64_t b_ld)
+#define DISC_GEMM_CAT_(a, b) a##b
+#define DISC_GEMM_CAT(a, b) DISC_GEMM_CAT_(a, b)
 #endif
+#define DISC_GEMM_IMPL DISC_GEMM_CAT(DISC_GEMM_NAME, _ld)
 DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS;
 #ifndef DISC_HELPER_DECLARE_ONLY
 #ifndef DISC_GEMM_EPILOGUE_DEFINED
@@ -61,6 +73,10 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS;
 #define DISC_GEMM_EPI_BLOCK_BYTES (DISC_LLC_BYTES / 8 < (1 << 20) ? (1 << 20) \
     : DISC_LLC_BYTES / 8 > (8 << 20) ? (8 << 20) : DISC_LLC_BYTES / 8)
 #define DISC_GEMM_EPI_MIN_ROWS 64
+/* operands whose rows lie a multiple of this many elements apart are copied with their rows
+   DISC_GEMM_LD_PAD elements (64 bytes of f32) further apart, on the oneDNN path (see the entry) */
+#define DISC_GEMM_LD_ALIAS 256
+#define DISC_GEMM_LD_PAD 16
 /* an epilogue kernel run after its GEMM goes parallel from this many elements */
 #define DISC_GEMM_EPI_PAR_MIN 32768
 /* a prologue's rhs block: about this many bytes per thread */
@@ -85,10 +101,10 @@ static void disc_gemm_epi_after(disc_epi_fn epi, void *const *args, const int64_
   for (int64_t b = 0; b < blocks; ++b) epi(args, S, rows * b / blocks, rows * (b + 1) / blocks);
 }
 #endif
-DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
+static int DISC_GEMM_IMPL DISC_GEMM_IMPL_PARAMS {
   if (!env->DISC_GEMM_BLAS) return 1;
   /* batch strides: 0 for an operand every batch shares */
-  const int64_t sa = a_shared ? 0 : M * K, sb = b_shared ? 0 : K * N;
+  const int64_t sa = a_shared ? 0 : (ta ? K : M) * a_ld, sb = b_shared ? 0 : (tb ? N : K) * b_ld;
 #if DISC_GEMM_ROWMAJOR
   const disc_sgemm_rowmajor_fn rowmajor = (disc_sgemm_rowmajor_fn)env->sgemm_rowmajor;
 #endif
@@ -118,10 +134,10 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
         pro(pro_args, S, lo, hi, rhs + lo * inner);
       }
       const int rc = pro_lhs
-          ? DISC_GEMM_NAME(env, ta, tb, M, N, K, B, 0, b_shared, rhs, Bm, Cm, epi, epi_args,
-                           S, epi_q, epi_count, NULL, NULL, 0, 0)
-          : DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, 0, A, rhs, Cm, epi, epi_args,
-                           S, epi_q, epi_count, NULL, NULL, 0, 0);
+          ? DISC_GEMM_IMPL(env, ta, tb, M, N, K, B, 0, b_shared, rhs, Bm, Cm, epi, epi_args,
+                           S, epi_q, epi_count, NULL, NULL, 0, 0, ta ? M : K, b_ld)
+          : DISC_GEMM_IMPL(env, ta, tb, M, N, K, B, a_shared, 0, A, rhs, Cm, epi, epi_args,
+                           S, epi_q, epi_count, NULL, NULL, 0, 0, a_ld, tb ? K : N);
       free(rhs);
       return rc;
     }
@@ -138,7 +154,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
       if (!bufs) return 2;
       if (epi && epi_count) epi_count[0] += 1;
       const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
-      const int64_t ldb = tb ? K : N;
+      const int64_t ldb = b_ld;
       const char *opb = tb ? "T" : "N";
       #pragma omp parallel num_threads(nt) if (nt > 1)
       {
@@ -175,7 +191,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     if (!bufs) return 2;
     if (epi && epi_count) epi_count[0] += 1;
     const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
-    const int64_t lda = ta ? M : K;
+    const int64_t lda = a_ld;
     const char *opa = ta ? "T" : "N";
     #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -212,8 +228,8 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     const int rows_ok = nt == 1 || B >= nt || M >= N || M >= DISC_GEMM_EPI_MIN_ROWS * nt;
     const int split_k = nt > 1 && B < nt && K >= DISC_GEMM_SPLIT_K_RATIO * big;
     if (N <= 0 || K <= 0 || !rows_ok || split_k) {
-      const int rc = DISC_GEMM_NAME(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm,
-                                    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 0);
+      const int rc = DISC_GEMM_IMPL(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm,
+                                    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, 0, a_ld, b_ld);
       if (rc) return rc;
       if (epi_count) epi_count[1] += 1;
       disc_gemm_epi_after(epi, epi_args, S, B * M * epi_q, N / (epi_q > 0 ? epi_q : 1));
@@ -221,7 +237,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     }
     if (epi_count) epi_count[0] += 1;
     const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
-    const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    const int64_t lda = a_ld, ldb = b_ld;
     const char *opa = ta ? "T" : "N", *opb = tb ? "T" : "N";
     /* one block per member (as the plain row split), smaller when that overflows the
        cache budget */
@@ -236,7 +252,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
       const int64_t m1 = M * (task % chunks + 1) / chunks;
       int64_t rows = m1 - m0;
       const DISC_GEMM_T one = 1, zero = 0;
-      const DISC_GEMM_T *a = A + b*sa + (ta ? m0 : m0 * K);
+      const DISC_GEMM_T *a = A + b*sa + (ta ? m0 : m0 * a_ld);
       DISC_GEMM_T *c = Cm + b*M*N + m0*N;
 #if DISC_GEMM_ROWMAJOR
       if (rowmajor)
@@ -259,7 +275,7 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
   /* a row block [m0, m1) of C reads rows m0.. of A (columns m0.. when A is
      transposed); a column block [n0, n1) reads columns n0.. of B (rows n0.. when B
      is transposed) */
-  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  const int64_t lda = a_ld, ldb = b_ld;
   const char *opa = ta ? "T" : "N", *opb = tb ? "T" : "N";
   /* a small C over a long K (a convolution's or small layer's weight gradient:
      32x27 over 8192 positions) splits K instead: each member multiplies a slice
@@ -288,8 +304,8 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
     const int64_t k0 = by_k ? K * tid / T : 0;
     const int64_t kb = by_k ? K * (tid + 1) / T - k0 : K;
     const int64_t mb = m1 - m0, nb = n1 - n0;
-    const int64_t a_off = (ta ? m0 : m0 * K) + (ta ? k0 * M : k0);
-    const int64_t b_off = (tb ? n0 * K : n0) + (tb ? k0 : k0 * N);
+    const int64_t a_off = (ta ? m0 : m0 * a_ld) + (ta ? k0 * a_ld : k0);
+    const int64_t b_off = (tb ? n0 * b_ld : n0) + (tb ? k0 : k0 * b_ld);
     DISC_GEMM_T *dst = (by_k && tid > 0 ? parts + (tid - 1) * part : Cm) + m0*N + n0;
     const DISC_GEMM_T one = 1, zero = 0;
     if (kb == 0)  /* a member of a split K with no slice: its partial is zero */
@@ -316,5 +332,51 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
   free(parts);
   if (env->blas_threads_local) env->blas_threads_local(prev);
   return 0;
+}
+DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
+#if DISC_GEMM_ROWMAJOR
+  /* oneDNN's dnnl_sgemm (3.2, AVX2) packs an operand it reads across its rows (a
+     transposed A, a plain B) slowly when those rows lie a multiple of 1 KB apart, as a
+     layer's activations and weights of width 256, 768, 1024... do: cache-set aliasing in
+     its packing, worst where the operands sit close together, as in a module's arena. On
+     Zen 3, 2 threads, split as this helper splits, with the operands next to each other:
+     [688, 256] x [256, 1024] (a linear layer) ran at 90 GFLOPS, 186 with B's rows 64 bytes
+     further apart; a weight gradient [688, 1024]^T x [688, 256] at 65, 137 with both
+     padded (one thread alone, unpadded A: 37-40 against 85-88). MKL and OpenBLAS do not
+     show it. Such an operand is copied with its rows DISC_GEMM_LD_PAD elements further
+     apart: one pass over it, cheap beside a GEMM that reads each element of A N times (of
+     B, M times), so only where that is at least 32. */
+  const int pad_a = env->sgemm_rowmajor && A && ta && M % DISC_GEMM_LD_ALIAS == 0 && N >= 32;
+  const int pad_b = env->sgemm_rowmajor && Bm && !tb && N % DISC_GEMM_LD_ALIAS == 0 && M >= 32 &&
+                    (epi || M >= N || ta);  /* C split by rows, or a transposed A: C split
+                    by columns (the plain GEMM's split where N > M) after a plain A ran as
+                    fast with B unpadded as padded, 10-30% slower with the copy */
+  if ((pad_a || pad_b) && B > 0 && K > 0 && (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN) {
+    const int64_t a_ld = pad_a ? M + DISC_GEMM_LD_PAD : 0, b_ld = pad_b ? N + DISC_GEMM_LD_PAD : 0;
+    const int64_t a_rows = pad_a ? (a_shared ? 1 : B) * K : 0;  /* rows of stored A, B */
+    const int64_t b_rows = pad_b ? (b_shared ? 1 : B) * K : 0;
+    const int64_t a_size = disc_align_count(a_rows * a_ld, sizeof(DISC_GEMM_T));
+    DISC_GEMM_T *pad = (DISC_GEMM_T *)disc_alloc(
+        (size_t)(a_size + b_rows * b_ld) * sizeof(DISC_GEMM_T));
+    if (pad) {
+      DISC_GEMM_T *pa = pad, *pb = pad + a_size;
+      const int64_t rows = a_rows + b_rows;
+      #pragma omp parallel for schedule(static) if (rows * (M > N ? M : N) >= DISC_GEMM_EPI_PAR_MIN)
+      for (int64_t r = 0; r < rows; ++r) {
+        if (r < a_rows) memcpy(pa + r * a_ld, A + r * M, (size_t)M * sizeof(DISC_GEMM_T));
+        else memcpy(pb + (r - a_rows) * b_ld, Bm + (r - a_rows) * N, (size_t)N * sizeof(DISC_GEMM_T));
+      }
+      const int rc = DISC_GEMM_IMPL(env, ta, tb, M, N, K, B, a_shared, b_shared,
+                                    pad_a ? pa : A, pad_b ? pb : Bm, Cm, epi, epi_args, S,
+                                    epi_q, epi_count, pro, pro_args, pro_q, pro_lhs,
+                                    pad_a ? a_ld : ta ? M : K, pad_b ? b_ld : tb ? K : N);
+      free(pad);
+      return rc;
+    }
+  }
+#endif
+  return DISC_GEMM_IMPL(env, ta, tb, M, N, K, B, a_shared, b_shared, A, Bm, Cm, epi, epi_args,
+                        S, epi_q, epi_count, pro, pro_args, pro_q, pro_lhs, ta ? M : K,
+                        tb ? K : N);
 }
 #endif
