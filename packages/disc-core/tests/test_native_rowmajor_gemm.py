@@ -135,3 +135,38 @@ def test_operands_with_aliasing_rows_are_padded(fake, lhs_t, rhs_t, m, n, k, epi
     natural_a, natural_b = (m if lhs_t else k), (k if rhs_t else n)
     assert {lda for lda, _ in leading} == {natural_a + 16 if aliasing_a else natural_a}
     assert {ldb for _, ldb in leading} == {natural_b + 16 if aliasing_b else natural_b}
+
+
+@pytest.mark.parametrize("heads, width, causal", [(4, 64, True), (4, 64, False),
+                                                  (1, 256, False), (3, 16, True)])
+def test_attention_stages_head_blocks_whose_rows_alias(fake, heads, width, causal) -> None:
+    """Fused attention on [B, S, H, D] tensors multiplies blocks whose rows lie H * D apart;
+    on the row-major (oneDNN) GEMM it stages V, K, Q and dO blocks with unaliased rows
+    (csrc/attention.c) when H * D is a multiple of 256, and must still match the reference
+    forward and backward (several key and query blocks, causal bands, a ragged tail)."""
+    gemm, compiler = fake
+    b = GraphBuilder(f"rm_attn_{heads}_{width}_{causal}")
+    shape = ["B", "S", heads, width]  # sequence-major: rows of one head lie H * D apart
+    q, k, v, do = (b.input(n, "f32", shape) for n in ("q", "k", "v", "do"))
+    attrs = {"causal": causal, "scale": 0.125}
+    out, lse = b.op("attention", q, k, v, seq_major=(0, 1, 2, 3), **attrs)
+    grads = b.op("attention_grad", q, k, v, out, do, lse, seq_major=tuple(range(8)), **attrs)
+    g = b.build(out, lse, *grads)
+    exe = compiler.compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    aliasing = heads * width % 256 == 0
+    staged = width + 16 if width % 256 == 0 else width
+    for batch, seq in [(2, 150), (1, 37), (1, 300)]:
+        inputs = [RNG.standard_normal((batch, seq, heads, width)).astype(np.float32)
+                  for _ in range(4)]
+        before = len(gemm.calls)
+        got = exe.run(inputs)
+        for n, (a, w) in enumerate(zip(got, interpret(g, inputs))):
+            scale = max(1.0, float(np.abs(w).max()))
+            np.testing.assert_allclose(a, w, rtol=2e-5, atol=2e-5 * scale,
+                                       err_msg=f"output {n} at {(batch, seq)}")
+        # products of a plain B operand (no transposed B) read a staged copy exactly when
+        # the heads' rows alias; the others read the tensors in place
+        plain_b = {ldb for c, (_, ldb) in zip(gemm.calls[before:], gemm.leading[before:])
+                   if c[1] == "N"}
+        assert plain_b == ({staged} if aliasing else {heads * width})

@@ -73,10 +73,6 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS;
 #define DISC_GEMM_EPI_BLOCK_BYTES (DISC_LLC_BYTES / 8 < (1 << 20) ? (1 << 20) \
     : DISC_LLC_BYTES / 8 > (8 << 20) ? (8 << 20) : DISC_LLC_BYTES / 8)
 #define DISC_GEMM_EPI_MIN_ROWS 64
-/* operands whose rows lie a multiple of this many elements apart are copied with their rows
-   DISC_GEMM_LD_PAD elements (64 bytes of f32) further apart, on the oneDNN path (see the entry) */
-#define DISC_GEMM_LD_ALIAS 256
-#define DISC_GEMM_LD_PAD 16
 /* an epilogue kernel run after its GEMM goes parallel from this many elements */
 #define DISC_GEMM_EPI_PAR_MIN 32768
 /* a prologue's rhs block: about this many bytes per thread */
@@ -343,16 +339,16 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
      [688, 256] x [256, 1024] (a linear layer) ran at 90 GFLOPS, 186 with B's rows 64 bytes
      further apart; a weight gradient [688, 1024]^T x [688, 256] at 65, 137 with both
      padded (one thread alone, unpadded A: 37-40 against 85-88). MKL and OpenBLAS do not
-     show it. Such an operand is copied with its rows DISC_GEMM_LD_PAD elements further
+     show it. Such an operand is copied with its rows DISC_LD_PAD elements further
      apart: one pass over it, cheap beside a GEMM that reads each element of A N times (of
      B, M times), so only where that is at least 32. */
-  const int pad_a = env->sgemm_rowmajor && A && ta && M % DISC_GEMM_LD_ALIAS == 0 && N >= 32;
-  const int pad_b = env->sgemm_rowmajor && Bm && !tb && N % DISC_GEMM_LD_ALIAS == 0 && M >= 32 &&
+  const int pad_a = env->sgemm_rowmajor && A && ta && M % DISC_LD_ALIAS == 0 && N >= 32;
+  const int pad_b = env->sgemm_rowmajor && Bm && !tb && N % DISC_LD_ALIAS == 0 && M >= 32 &&
                     (epi || M >= N || ta);  /* C split by rows, or a transposed A: C split
                     by columns (the plain GEMM's split where N > M) after a plain A ran as
                     fast with B unpadded as padded, 10-30% slower with the copy */
   if ((pad_a || pad_b) && B > 0 && K > 0 && (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN) {
-    const int64_t a_ld = pad_a ? M + DISC_GEMM_LD_PAD : 0, b_ld = pad_b ? N + DISC_GEMM_LD_PAD : 0;
+    const int64_t a_ld = pad_a ? M + DISC_LD_PAD : 0, b_ld = pad_b ? N + DISC_LD_PAD : 0;
     const int64_t a_rows = pad_a ? (a_shared ? 1 : B) * K : 0;  /* rows of stored A, B */
     const int64_t b_rows = pad_b ? (b_shared ? 1 : B) * K : 0;
     const int64_t a_size = disc_align_count(a_rows * a_ld, sizeof(DISC_GEMM_T));

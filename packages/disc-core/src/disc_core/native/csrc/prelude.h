@@ -277,6 +277,12 @@ static inline int64_t disc_align_count(int64_t count, int64_t size) {
 /* a GEMM splits its K across the team when K is this many times C's longer side */
 #define DISC_GEMM_SPLIT_K_RATIO 8
 #define DISC_BLOCKS_PER_THREAD 4
+/* oneDNN's sgemm packs an operand it reads across its rows (a transposed A, a plain B) at
+   half speed or less when those rows lie a multiple of DISC_LD_ALIAS elements (1 KB of
+   f32) apart; the GEMM and attention helpers then hand it a copy whose rows lie
+   DISC_LD_PAD elements (64 bytes) further apart (csrc/gemm.c, csrc/attention.c) */
+#define DISC_LD_ALIAS 256
+#define DISC_LD_PAD 16
 /* lanes of a 4-byte element in the widest vectors the target has: kernels have a version
    for innermost extents that are a multiple of it (no remainder loop) */
 #if defined(__AVX512F__)
