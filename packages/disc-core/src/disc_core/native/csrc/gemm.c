@@ -334,19 +334,16 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
   /* oneDNN's dnnl_sgemm (3.2, AVX2) packs an operand it reads across its rows (a
      transposed A, a plain B) slowly when those rows lie a multiple of 1 KB apart, as a
      layer's activations and weights of width 256, 768, 1024... do: cache-set aliasing in
-     its packing, worst where the operands sit close together, as in a module's arena. On
-     Zen 3, 2 threads, split as this helper splits, with the operands next to each other:
-     [688, 256] x [256, 1024] (a linear layer) ran at 90 GFLOPS, 186 with B's rows 64 bytes
-     further apart; a weight gradient [688, 1024]^T x [688, 256] at 65, 137 with both
-     padded (one thread alone, unpadded A: 37-40 against 85-88). MKL and OpenBLAS do not
-     show it. Such an operand is copied with its rows DISC_LD_PAD elements further
-     apart: one pass over it, cheap beside a GEMM that reads each element of A N times (of
-     B, M times), so only where that is at least 32. */
+     its packing, worst where the operands sit close together, as in a module's arena.
+     Through modules on Zen 3, 2 threads: [524, 256] x [256, 1024] (a linear layer, C split
+     by columns) ran at 68 GFLOPS, 173 with B's rows 64 bytes further apart; at 128 rows
+     62 and 141; a weight gradient [524, 1024]^T x [524, 256] at 74, 160 padded (one
+     thread alone, unpadded A: 37-40 against 85-88). MKL and OpenBLAS do not show it.
+     Such an operand is copied with its rows DISC_LD_PAD elements further apart: one pass
+     over it, cheap beside a GEMM that reads each element of A N times (of B, M times), so
+     only where that is at least 32. */
   const int pad_a = env->sgemm_rowmajor && A && ta && M % DISC_LD_ALIAS == 0 && N >= 32;
-  const int pad_b = env->sgemm_rowmajor && Bm && !tb && N % DISC_LD_ALIAS == 0 && M >= 32 &&
-                    (epi || M >= N || ta);  /* C split by rows, or a transposed A: C split
-                    by columns (the plain GEMM's split where N > M) after a plain A ran as
-                    fast with B unpadded as padded, 10-30% slower with the copy */
+  const int pad_b = env->sgemm_rowmajor && Bm && !tb && N % DISC_LD_ALIAS == 0 && M >= 32;
   if ((pad_a || pad_b) && B > 0 && K > 0 && (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN) {
     const int64_t a_ld = pad_a ? M + DISC_LD_PAD : 0, b_ld = pad_b ? N + DISC_LD_PAD : 0;
     const int64_t a_rows = pad_a ? (a_shared ? 1 : B) * K : 0;  /* rows of stored A, B */
