@@ -148,12 +148,6 @@ static inline void ATT_GEMM(const disc_env *env, int ta, int tb, int64_t M, int6
       B, &ldb, A, &lda, &beta, C, &ldc, 1, 1);
 }
 
-/* Row stride of a staged copy of an operand cols wide: cols, or DISC_LD_PAD more where
-   that is itself an aliasing multiple (one head as wide as DISC_LD_ALIAS). */
-static inline int64_t ATT_CAT(disc_attn_stage_ld, DISC_ATTN_SFX)(int64_t cols) {
-  return cols % DISC_LD_ALIAS == 0 ? cols + DISC_LD_PAD : cols;
-}
-
 /* The rows x cols block at src (rows ld apart) as the plain B operand of a product on
    oneDNN's sgemm: a per-thread copy in stage (rows *ld_out apart) where ld is a multiple of
    DISC_LD_ALIAS, src itself otherwise or without stage. The heads of a [.., S, H, D]
@@ -163,18 +157,17 @@ static inline int64_t ATT_CAT(disc_attn_stage_ld, DISC_ATTN_SFX)(int64_t cols) {
    other operand reads. */
 static inline const ATT_T *ATT_CAT(disc_attn_stage, DISC_ATTN_SFX)(
     const ATT_T *src, int64_t ld, int64_t rows, int64_t cols, ATT_T *stage, int64_t *ld_out) {
-  if (!stage || ld % DISC_LD_ALIAS != 0) {
+  if (!stage || !disc_ld_aliases(ld)) {
     *ld_out = ld;
     return src;
   }
-  const int64_t to = ATT_CAT(disc_attn_stage_ld, DISC_ATTN_SFX)(cols);
+  const int64_t to = disc_unaliased_ld(cols);  /* one head as wide as DISC_LD_ALIAS too */
   for (int64_t r = 0; r < rows; ++r)
     memcpy(stage + r * to, src + r * ld, sizeof(ATT_T) * (size_t)cols);
   *ld_out = to;
   return stage;
 }
 #define ATT_STAGE ATT_CAT(disc_attn_stage, DISC_ATTN_SFX)
-#define ATT_STAGE_LD ATT_CAT(disc_attn_stage_ld, DISC_ATTN_SFX)
 #if DISC_ATTN_ROWMAJOR
 #define ATT_RESTAGE(env) ((env)->sgemm_rowmajor != NULL)
 #else
@@ -243,7 +236,7 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_fwd, DISC_ATTN_SFX) ATT_FWD_PAR
   const int64_t lds = Sk < ATT_BK ? (Sk + ATT_LANES - 1) / ATT_LANES * ATT_LANES : ATT_BK;
   const int64_t ldacc = Dv > 0 ? Dv : 1;
   /* V's key blocks, staged for the library where its rows alias (ATT_STAGE) */
-  const int64_t vstage = ATT_RESTAGE(env) && ldv % DISC_LD_ALIAS == 0 ? ATT_BK * ATT_STAGE_LD(Dv) : 0;
+  const int64_t vstage = ATT_RESTAGE(env) && disc_ld_aliases(ldv) ? ATT_BK * disc_unaliased_ld(Dv) : 0;
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -360,8 +353,8 @@ static inline ATT_WIDE void ATT_CAT(disc_attn_bwd_keys, DISC_ATTN_SFX)(
     int64_t lddk, ATT_T *dVh, int64_t lddv, ATT_T *stage) {
   /* stage (NULL: none): the key block of K, then a query block of Q and of dO, as the
      plain B operands of the gradient products (ATT_STAGE) */
-  ATT_T *qst = stage ? stage + ATT_BWD_BK * ATT_STAGE_LD(D) : NULL;
-  ATT_T *gst = stage ? qst + ATT_BWD_BQ * ATT_STAGE_LD(D) : NULL;
+  ATT_T *qst = stage ? stage + ATT_BWD_BK * disc_unaliased_ld(D) : NULL;
+  ATT_T *gst = stage ? qst + ATT_BWD_BQ * disc_unaliased_ld(D) : NULL;
   int64_t ldks, ldqs, ldgs;
   const ATT_T *Ks = ATT_STAGE(Kh + k0 * ldk, ldk, kn, D, stage, &ldks);
   /* causal: rows before k0 see none of these keys */
@@ -460,9 +453,9 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PAR
   }
   const int prev = env->blas_threads_local ? env->blas_threads_local(1) : 0;
   /* the blocks staged for the library where their rows alias (disc_attn_bwd_keys) */
-  const int64_t bstage = ATT_RESTAGE(env) && (ldk % DISC_LD_ALIAS == 0 || ldq % DISC_LD_ALIAS
-                         == 0 || ldg % DISC_LD_ALIAS == 0)
-      ? (ATT_BWD_BK + ATT_BWD_BQ) * ATT_STAGE_LD(D) + ATT_BWD_BQ * ATT_STAGE_LD(Dv) : 0;
+  const int64_t bstage = ATT_RESTAGE(env) && (disc_ld_aliases(ldk) || disc_ld_aliases(ldq) ||
+                                               disc_ld_aliases(ldg))
+      ? (ATT_BWD_BK + ATT_BWD_BQ) * disc_unaliased_ld(D) + ATT_BWD_BQ * disc_unaliased_ld(Dv) : 0;
   int failed = 0;
   #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -560,7 +553,6 @@ DISC_HELPER_ENTRY ATT_WIDE int ATT_CAT(disc_attn_bwd, DISC_ATTN_SFX) ATT_BWD_PAR
 
 #undef ATT_GEMM
 #undef ATT_STAGE
-#undef ATT_STAGE_LD
 #undef ATT_RESTAGE
 #endif
 #undef ATT_T

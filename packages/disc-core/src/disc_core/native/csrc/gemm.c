@@ -342,10 +342,10 @@ DISC_HELPER_ENTRY int DISC_GEMM_NAME DISC_GEMM_PARAMS {
      Such an operand is copied with its rows DISC_LD_PAD elements further apart: one pass
      over it, cheap beside a GEMM that reads each element of A N times (of B, M times), so
      only where that is at least 32. */
-  const int pad_a = env->sgemm_rowmajor && A && ta && M % DISC_LD_ALIAS == 0 && N >= 32;
-  const int pad_b = env->sgemm_rowmajor && Bm && !tb && N % DISC_LD_ALIAS == 0 && M >= 32;
+  const int pad_a = env->sgemm_rowmajor && A && ta && disc_ld_aliases(M) && N >= 32;
+  const int pad_b = env->sgemm_rowmajor && Bm && !tb && disc_ld_aliases(N) && M >= 32;
   if ((pad_a || pad_b) && B > 0 && K > 0 && (double)B * M * N * K >= DISC_GEMM_PARALLEL_MIN) {
-    const int64_t a_ld = pad_a ? M + DISC_LD_PAD : 0, b_ld = pad_b ? N + DISC_LD_PAD : 0;
+    const int64_t a_ld = pad_a ? disc_unaliased_ld(M) : 0, b_ld = pad_b ? disc_unaliased_ld(N) : 0;
     const int64_t a_rows = pad_a ? (a_shared ? 1 : B) * K : 0;  /* rows of stored A, B */
     const int64_t b_rows = pad_b ? (b_shared ? 1 : B) * K : 0;
     const int64_t a_size = disc_align_count(a_rows * a_ld, sizeof(DISC_GEMM_T));

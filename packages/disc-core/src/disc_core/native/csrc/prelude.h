@@ -283,6 +283,12 @@ static inline int64_t disc_align_count(int64_t count, int64_t size) {
    DISC_LD_PAD elements (64 bytes) further apart (csrc/gemm.c, csrc/attention.c) */
 #define DISC_LD_ALIAS 256
 #define DISC_LD_PAD 16
+/* do rows ld elements apart alias so? */
+static inline int disc_ld_aliases(int64_t ld) { return ld % DISC_LD_ALIAS == 0; }
+/* the row stride of a copy of rows ld elements apart (or cols wide) that does not */
+static inline int64_t disc_unaliased_ld(int64_t ld) {
+  return disc_ld_aliases(ld) ? ld + DISC_LD_PAD : ld;
+}
 /* lanes of a 4-byte element in the widest vectors the target has: kernels have a version
    for innermost extents that are a multiple of it (no remainder loop) */
 #if defined(__AVX512F__)
