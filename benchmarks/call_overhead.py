@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -56,13 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 ARGS = parse_args() if __name__ == "__main__" else parse_args([])
-THREADS = ARGS.threads or min(os.cpu_count() or 1, 64)
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
-os.environ["DISC_BLAS_TUNE"] = "0"  # DISC's GEMMs on torch's MKL: the same library
-
-import torch  # noqa: E402  (after OMP_NUM_THREADS)
-
-torch.set_num_threads(THREADS)
+torch, THREADS = provenance.import_torch_same_library(ARGS.threads)
 
 
 def pointwise(x):

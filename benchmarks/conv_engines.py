@@ -60,15 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 ARGS = parse_args() if __name__ == "__main__" else parse_args([])
-THREADS = ARGS.threads or min(os.cpu_count() or 1, 64)
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
-os.environ["DISC_BLAS_TUNE"] = "0"  # the im2col path's GEMMs on torch's MKL
+torch, THREADS = provenance.import_torch_same_library(ARGS.threads)
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402  (after OMP_NUM_THREADS)
 import torch.nn.functional as F  # noqa: E402
-
-torch.set_num_threads(THREADS)
 
 
 def forward_graph(c: int, o: int, k: int, s: int):

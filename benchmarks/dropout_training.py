@@ -54,21 +54,17 @@ def parse_args() -> argparse.Namespace:
 
 
 ARGS = parse_args()
-os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
-os.environ["DISC_BLAS_TUNE"] = "0"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import allocator  # noqa: E402  (benchmarks/, the script's own directory)
+import provenance  # noqa: E402
 
-import torch  # noqa: E402
+torch, _ = provenance.import_torch_same_library(ARGS.threads)
 import transformers  # noqa: E402
 
 import disc_core  # noqa: E402
 import disc_torch  # noqa: E402
 import disc_torch.backend as disc_backend_module  # noqa: E402
 from disc_torch.decompositions import decomposition_table  # noqa: E402
-
-torch.set_num_threads(ARGS.threads)
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import allocator  # noqa: E402  (benchmarks/, the script's own directory)
-import provenance  # noqa: E402
 
 LENGTHS = [32, 57, 80, 101, 128, 160]
 BATCH = 4

@@ -257,6 +257,21 @@ class OtherLoad:
         return 100 * others / (wall * (os.cpu_count() or 1))
 
 
+def import_torch_same_library(threads: int | None) -> tuple[Any, int]:
+    """(torch, the thread count) for a torch benchmark that holds the GEMM library fixed:
+    before torch (and any DISC module) loads, the count (``threads``, else every core up to
+    64) goes to ``OMP_NUM_THREADS`` so that DISC's OpenMP team matches torch's, and
+    ``DISC_BLAS_TUNE=0`` keeps DISC's GEMMs on torch's own MKL (see
+    :func:`torch_same_library`, the record it leads to). Call it before importing torch."""
+    n = threads or min(os.cpu_count() or 1, 64)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    os.environ["DISC_BLAS_TUNE"] = "0"
+    import torch
+
+    torch.set_num_threads(n)
+    return torch, n
+
+
 def torch_same_library() -> dict[str, Any]:
     """The ``gemm_library`` record of a torch benchmark that runs DISC's GEMMs on torch's
     own MKL (``DISC_BLAS_TUNE=0``) against eager and Inductor."""
