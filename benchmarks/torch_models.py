@@ -1,5 +1,5 @@
 """Model benchmark (issue #4): DISC vs PyTorch eager vs torch.compile(dynamic=True) (Inductor)
-on a GPT-style transformer, a small CNN and transformers' Llama (a third-party model),
+on a GPT-style transformer, a small CNN and two third-party models (transformers' Llama and GPT-2),
 inference and training, over streams of shapes.
 
     bash ci/test.sh -e bench-models                     # full run (tox env `bench-models`)
@@ -61,8 +61,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = harness.parser(__doc__.split("\n\n")[0], "small models, 6 shapes (smoke run)")
-    p.add_argument("--models", default="gpt,cnn,llama",
-                   help="comma list of gpt, cnn, llama (transformers' LlamaForCausalLM)")
+    p.add_argument("--models", default="gpt,cnn,llama,gpt2",
+                   help="comma list of gpt, cnn, llama (transformers' LlamaForCausalLM), "
+                        "gpt2 (transformers' GPT2LMHeadModel)")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     p.add_argument("--fresh-first-pass", nargs=3, metavar=("MODEL", "MODE", "CONTENDER"),
                    help=argparse.SUPPRESS)  # the child process of fresh_first_pass()
@@ -157,7 +158,26 @@ def llama_stream(quick: bool):
         f"[4, {t}]" for t in lengths]
 
 
-MODELS = {"gpt": gpt_stream, "cnn": cnn_stream, "llama": llama_stream}
+def gpt2_stream(quick: bool):
+    """transformers' GPT2LMHeadModel from a config: fused q/k/v (Conv1D), learned
+    positions, its own loss, whose path logs (``logger.warning_once``: a graph break for
+    torch.compile). Dropout off, no KV cache (a training step's configuration)."""
+    import transformers
+
+    config = transformers.GPT2Config(
+        vocab_size=1000, n_embd=64 if quick else 256, n_layer=1 if quick else 2, n_head=4,
+        n_positions=512, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    lengths = [32 + 11 * i for i in range(6 if quick else 20)]
+    g = torch.Generator().manual_seed(4)
+    batches = []
+    for t in lengths:
+        tok = torch.randint(0, 1000, (4, t), generator=g)
+        batches.append((tok, tok))
+    return CausalLM(transformers.GPT2LMHeadModel(config)), batches, [
+        f"[4, {t}]" for t in lengths]
+
+
+MODELS = {"gpt": gpt_stream, "cnn": cnn_stream, "llama": llama_stream, "gpt2": gpt2_stream}
 
 
 def make_step(model: nn.Module, fn: Callable[..., torch.Tensor], mode: str):

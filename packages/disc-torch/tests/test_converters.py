@@ -73,6 +73,20 @@ def rows3(r, c, dt, g):  # rank 3 for layout ops
     return (torch.rand(2, r, c, generator=g, dtype=F64).to(dt),)
 
 
+def _assign_shifted(a):
+    out = torch.zeros_like(a)
+    out[..., 1:] = a[..., :-1] * 2
+    out[..., 0] = 7
+    return out + 0
+
+
+def _assign_column(a):
+    """A [.., 1] float64 source broadcast over the columns it is copied into."""
+    out = a.clone()
+    out[:, :, 1:] = a[:, :, :1].to(F64) * 1.5
+    return out * 1
+
+
 FLOAT_CASES = [
     Case("add", lambda a, b: a + b * 2, x2, (F32, F64, I64), grad=True),
     Case("add_alpha", lambda a, b: torch.add(a, b, alpha=3), x2, (F32, I64)),
@@ -196,6 +210,10 @@ LAYOUT_CASES = [
          rows3, grad=True, sizes=[(3, 5), (1, 7), (4, 2), (6, 33)]),
     Case("select_scatter", lambda a: torch.select_scatter(a, a[:, 0, :] * 2, 1, 0)
          + torch.select_scatter(a, a[:, :, -1] + 1, 2, -1), rows3, (F32, I64), grad=True),
+    # in-place assignments into slices (T5 shifts its labels so): functionalized into
+    # aten.copy (the value broadcast and cast to the slot's shape and dtype) and scatters
+    Case("copy_into_slices", lambda a: _assign_shifted(a), rows3, (F32, F64, I64), grad=True),
+    Case("copy_broadcast_cast", lambda a: _assign_column(a), rows3, (F32, I64)),
     Case("slice_grad", lambda a: a[:, 1:, ::2] * 3, rows3, grad=True, strict_backward=True),
     # rotary embeddings' rotate_half: the backward scatters both halves' gradients
     Case("rotate_half_grad", lambda a: torch.cat((-a[..., a.shape[-1] // 2:],

@@ -162,7 +162,8 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
             except PinError as exc:
                 without_package(str(exc))
         try:
-            with asking(True, config.specialize_floats, package is not None):
+            with asking(True, config.specialize_floats, package is not None,
+                        config.skip_logging_calls):
                 out = compiled(*args, **kwargs)
         except PackageError as exc:
             if package is None:

@@ -32,6 +32,11 @@ OPTIONS = bridge_table("disc-torch", shared=(
     Option("specialize_floats", None, True,
            "`optimize` traces Python floats as constants (halves tracing time; a float "
            "argument that changes every call would recompile)."),
+    Option("skip_logging_calls", "DISC_SKIP_LOGGING_CALLS", True,
+           "`optimize` skips `logging.Logger` calls that only emit a message (`warning`, "
+           "`info`, transformers' `warning_once`...) inside the code it compiles, as "
+           "torch.export does, naming each in one warning; off: each splits the graph.",
+           parse=parse_bool),
     Option("cache_graphs", "DISC_CACHE_GRAPHS", True,
            "`optimize` keeps what it traced in the compile cache's directory, so a new "
            "process with the same model and code starts without tracing.",
@@ -70,6 +75,10 @@ class DiscConfig:
         dynamic: ask dynamo for dynamic shapes (one graph per rank, not per shape).
         specialize_floats: ``optimize`` traces Python floats as constants (halves tracing
             time; a float argument that changes every call would recompile).
+        skip_logging_calls: ``optimize`` skips the ``logging.Logger`` calls that only emit
+            a message inside the code it compiles (``torch.export`` does the same), naming
+            each skipped call in one warning; off, each splits the graph there, as in
+            ``torch.compile`` (:mod:`disc_torch.logging_calls`).
         profile: time every kernel and library call (GEMM) of every compiled cluster; the
             report's clusters then carry a ``profile`` (the hottest steps first in its
             renderings). Costs a clock read per step (tens of ns): for finding where time
@@ -97,6 +106,7 @@ class DiscConfig:
     target: str = _D["target"]
     dynamic: bool = _D["dynamic"]
     specialize_floats: bool = _D["specialize_floats"]
+    skip_logging_calls: bool = _D["skip_logging_calls"]
     profile: bool = _D["profile"]
     cache_graphs: bool = _D["cache_graphs"]
     eager_random: bool = _D["eager_random"]

@@ -23,13 +23,15 @@ from typing import Any
 import torch._dynamo
 import torch._dynamo.config as dynamo_config
 
+from .logging_calls import skipping_logging_calls
 from .precompile import caching_graphs
 
 __all__ = ["asking", "tracing_config"]
 
 
 @contextlib.contextmanager
-def tracing_config(specialize_floats: bool) -> Iterator[None]:
+def tracing_config(specialize_floats: bool, skip_logging_calls: bool = True
+                   ) -> Iterator[None]:
     """How ``optimize`` asks dynamo to trace.
 
     * sizes 0 and 1 are traced like any other size (one graph, one DISC compile per rank);
@@ -41,7 +43,9 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
       a size's hint (torch 2.13 asserted ``False != True`` tracing the backward of a
       ``bmm`` of a transpose with a size-1 dim, and the whole graph ran eagerly), and
       tracing without it was 7-12% faster on the benchmark models (the keys cost more
-      than they save on symbolic shapes)."""
+      than they save on symbolic shapes);
+    * calls that only log are skipped rather than splitting the graph
+      (``skip_logging_calls``, :mod:`disc_torch.logging_calls`)."""
     import torch.fx.experimental._config as fx_config
 
     previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
@@ -50,16 +54,17 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
     dynamo_config.specialize_float = specialize_floats or previous[1]
     dynamo_config.fake_tensor_cache_enabled = False
     try:
-        yield
+        with skipping_logging_calls(skip_logging_calls):
+            yield
     finally:
         (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
          dynamo_config.fake_tensor_cache_enabled) = previous
 
 
 class _Asked(threading.local):
-    #: (trace with tracing_config?, its specialize_floats, bundle for a package?) of the
-    #: optimized call running in this thread, None outside one
-    settings: tuple[bool, bool, bool] | None = None
+    #: (trace with tracing_config?, its specialize_floats, bundle for a package?, its
+    #: skip_logging_calls) of the optimized call running in this thread, None outside one
+    settings: tuple[bool, bool, bool, bool] | None = None
 
     def __init__(self) -> None:
         #: one entry per compile started in this thread: the settings put in force for
@@ -71,9 +76,9 @@ _asked = _Asked()
 
 
 def _enter(stack: contextlib.ExitStack, trace: bool, specialize_floats: bool,
-           caching: bool) -> None:
+           caching: bool, skip_logging_calls: bool) -> None:
     if trace:
-        stack.enter_context(tracing_config(specialize_floats))
+        stack.enter_context(tracing_config(specialize_floats, skip_logging_calls))
     stack.enter_context(caching_graphs(caching))
 
 
@@ -117,10 +122,11 @@ class asking:  # noqa: N801 (used as a function: ``with asking(...):``)
 
     __slots__ = ("_previous", "_settings", "_stack")
 
-    def __init__(self, trace: bool, specialize_floats: bool, caching: bool):
-        self._settings = (trace, specialize_floats, caching)
+    def __init__(self, trace: bool, specialize_floats: bool, caching: bool,
+                 skip_logging_calls: bool = True):
+        self._settings = (trace, specialize_floats, caching, skip_logging_calls)
         self._stack: contextlib.ExitStack | None = None
-        self._previous: tuple[bool, bool, bool] | None = None
+        self._previous: tuple[bool, bool, bool, bool] | None = None
 
     def __enter__(self) -> None:
         if not _register():  # no compile callbacks in this torch: settings for the call

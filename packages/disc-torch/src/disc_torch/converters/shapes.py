@@ -64,6 +64,25 @@ def to_copy(ctx, node):
     return ctx.cast(ctx.value(node.args[0]), ctx.dtype(node))
 
 
+def _copy_check(node):
+    src = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
+    if not isinstance(src, torch.Tensor):
+        return "copy from a value that is not a tensor"
+    if src.device.type != "cpu":
+        return f"copy from device {src.device}"
+    return None
+
+
+@converter(aten.copy.default, dtypes=ALL_DTYPES, check=_copy_check)
+def copy(ctx, node):
+    """The functional form of ``self.copy_(src)``, which an in-place assignment such as
+    ``ids[..., 1:] = x[..., :-1]`` becomes (with a ``slice_scatter`` around it; T5 shifts
+    its labels so): ``src`` broadcast to ``self``'s shape in ``self``'s dtype. ``self``'s
+    values are not read. Uncompiled, it ran in torch and split T5's graph in four."""
+    return ctx.cast(ctx.broadcast_to(ctx.value(node.args[1]), ctx.shape(node)),
+                    ctx.dtype(node))
+
+
 @converter(aten.permute.default, dtypes=ALL_DTYPES)
 def permute(ctx, node):
     x = ctx.value(node.args[0])
