@@ -137,6 +137,18 @@ class CausalLM(nn.Module):
         return self.model(input_ids=x, labels=y).loss
 
 
+def causal_lm_stream(model: nn.Module, quick: bool, seed: int):
+    """A transformers causal LM (vocabulary 1000) over the stream of lengths every model
+    here runs, batch 4, the tokens as their own labels (the model shifts them)."""
+    lengths = [32 + 11 * i for i in range(6 if quick else 20)]
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for t in lengths:
+        tok = torch.randint(0, 1000, (4, t), generator=g)
+        batches.append((tok, tok))
+    return CausalLM(model), batches, [f"[4, {t}]" for t in lengths]
+
+
 def llama_stream(quick: bool):
     """transformers' LlamaForCausalLM, built from a config (no download): RMSNorm, rotary
     embeddings, SiLU-gated MLP, SDPA attention; a third-party model DISC was not written
@@ -148,14 +160,7 @@ def llama_stream(quick: bool):
         intermediate_size=172 if quick else 688, num_hidden_layers=1 if quick else 2,
         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
         use_cache=False)
-    lengths = [32 + 11 * i for i in range(6 if quick else 20)]
-    g = torch.Generator().manual_seed(3)
-    batches = []
-    for t in lengths:
-        tok = torch.randint(0, 1000, (4, t), generator=g)
-        batches.append((tok, tok))
-    return CausalLM(transformers.LlamaForCausalLM(config)), batches, [
-        f"[4, {t}]" for t in lengths]
+    return causal_lm_stream(transformers.LlamaForCausalLM(config), quick, seed=3)
 
 
 def gpt2_stream(quick: bool):
@@ -167,14 +172,7 @@ def gpt2_stream(quick: bool):
     config = transformers.GPT2Config(
         vocab_size=1000, n_embd=64 if quick else 256, n_layer=1 if quick else 2, n_head=4,
         n_positions=512, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
-    lengths = [32 + 11 * i for i in range(6 if quick else 20)]
-    g = torch.Generator().manual_seed(4)
-    batches = []
-    for t in lengths:
-        tok = torch.randint(0, 1000, (4, t), generator=g)
-        batches.append((tok, tok))
-    return CausalLM(transformers.GPT2LMHeadModel(config)), batches, [
-        f"[4, {t}]" for t in lengths]
+    return causal_lm_stream(transformers.GPT2LMHeadModel(config), quick, seed=4)
 
 
 MODELS = {"gpt": gpt_stream, "cnn": cnn_stream, "llama": llama_stream, "gpt2": gpt2_stream}
