@@ -190,7 +190,7 @@ def optimize(model_or_fn: Any, **options: Any) -> Any:
             warn_once(f"DISC: tracing with sizes 0 and 1 treated like other sizes failed "
                       f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); that call "
                       "is traced with torch's own rules for them")
-            with asking(False, False, package is not None):
+            with asking(False, False, package is not None, config.skip_logging_calls):
                 return compiled(*args, **kwargs)
 
     if isinstance(model_or_fn, torch.nn.Module):

@@ -19,7 +19,7 @@ compiles in 22.7 s before, 1 graph and 1 compile in 8.4 s after; training 4 grap
 compiles in 28.2 s before, 1 graph and 2 compiles (forward, backward) in 10.8 s after.
 Every ATen op of the model and its loss is compiled after.
 
-So while ``optimize`` traces (:func:`disc_torch.trace_scope.tracing_config`), the methods
+So while ``optimize`` traces (:class:`disc_torch.trace_scope.asking`), the methods
 that only emit a message (``debug``, ``info``, ``warning``, ``error``, ``critical``,
 ``exception``, ``log`` and methods named after them, such as ``warning_once``) are
 skipped, and each one skipped is named in one warning, so the user knows which messages

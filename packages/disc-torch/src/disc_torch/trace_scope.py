@@ -30,8 +30,7 @@ __all__ = ["asking", "tracing_config"]
 
 
 @contextlib.contextmanager
-def tracing_config(specialize_floats: bool, skip_logging_calls: bool = True
-                   ) -> Iterator[None]:
+def tracing_config(specialize_floats: bool) -> Iterator[None]:
     """How ``optimize`` asks dynamo to trace.
 
     * sizes 0 and 1 are traced like any other size (one graph, one DISC compile per rank);
@@ -43,9 +42,7 @@ def tracing_config(specialize_floats: bool, skip_logging_calls: bool = True
       a size's hint (torch 2.13 asserted ``False != True`` tracing the backward of a
       ``bmm`` of a transpose with a size-1 dim, and the whole graph ran eagerly), and
       tracing without it was 7-12% faster on the benchmark models (the keys cost more
-      than they save on symbolic shapes);
-    * calls that only log are skipped rather than splitting the graph
-      (``skip_logging_calls``, :mod:`disc_torch.logging_calls`)."""
+      than they save on symbolic shapes)."""
     import torch.fx.experimental._config as fx_config
 
     previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
@@ -54,8 +51,7 @@ def tracing_config(specialize_floats: bool, skip_logging_calls: bool = True
     dynamo_config.specialize_float = specialize_floats or previous[1]
     dynamo_config.fake_tensor_cache_enabled = False
     try:
-        with skipping_logging_calls(skip_logging_calls):
-            yield
+        yield
     finally:
         (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
          dynamo_config.fake_tensor_cache_enabled) = previous
@@ -78,7 +74,9 @@ _asked = _Asked()
 def _enter(stack: contextlib.ExitStack, trace: bool, specialize_floats: bool,
            caching: bool, skip_logging_calls: bool) -> None:
     if trace:
-        stack.enter_context(tracing_config(specialize_floats, skip_logging_calls))
+        stack.enter_context(tracing_config(specialize_floats))
+    # also when a call is traced again with torch's 0/1 rules (``trace`` False)
+    stack.enter_context(skipping_logging_calls(skip_logging_calls))
     stack.enter_context(caching_graphs(caching))
 
 
@@ -115,7 +113,8 @@ def _register() -> bool:
 
 class asking:  # noqa: N801 (used as a function: ``with asking(...):``)
     """Within it, a dynamo compile in this thread runs with :func:`tracing_config` (when
-    ``trace``) and ``caching_graphs(caching)``; calls that compile nothing pay two
+    ``trace``), ``caching_graphs(caching)`` and logging calls skipped (when
+    ``skip_logging_calls``, :mod:`disc_torch.logging_calls`); calls that compile nothing pay two
     attribute writes. A class rather than a generator-based context manager: it runs
     around every call of an optimized callable, and the generator's machinery cost more
     than the call's own bookkeeping."""
