@@ -73,6 +73,8 @@ def test_logging_calls_are_skipped_instead_of_splitting_the_graph(warning_once):
     skipped = [m for m in said if "inside the traced code is skipped" in m]
     assert any("'disc_test.logging_calls'.warning(" in m for m in skipped), said
     assert any("'disc_test.logging_calls'.warning_once(" in m for m in skipped), said
+    # each names the line of the model that logs
+    assert all(f"{__file__}:" in m for m in skipped), skipped
     for graph in disc_torch.report().graphs:  # the training step's forward and backward
         assert all(n.status.value == "compiled" for n in graph.nodes
                    if n.op.startswith("aten.")), [(n.op, n.status) for n in graph.nodes]

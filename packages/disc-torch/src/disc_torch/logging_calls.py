@@ -65,11 +65,25 @@ class SkippedLogging(set):
         name = getattr(item, "__name__", None)
         if not (isinstance(owner, logging.Logger) and isinstance(name, str) and _emits(name)):
             return False
-        warn_once(f"DISC: the call {owner.name!r}.{name}(...) inside the traced code is "
-                  "skipped there, as torch.export skips logging calls, so that it does not "
-                  "split the graph (optimize(..., skip_logging_calls=False) keeps it, with a "
-                  "graph break)", UserWarning, stacklevel=3)
+        warn_once(f"DISC: the call {owner.name!r}.{name}(...){_call_site()} inside the traced "
+                  "code is skipped there, as torch.export skips logging calls, so that it "
+                  "does not split the graph (optimize(..., skip_logging_calls=False) keeps it, "
+                  "with a graph break)", UserWarning, stacklevel=3)
         return True
+
+
+def _call_site() -> str:
+    """`` at file:line`` of the call dynamo is tracing (the user's code, inlined calls
+    included; a Python warning's own location would be inside dynamo), or nothing where
+    torch does not say."""
+    try:
+        from torch._guards import TracingContext
+
+        stack = TracingContext.extract_stack()
+        frame = stack[-1] if stack else None
+    except Exception:  # another torch: the message without its location
+        return ""
+    return f" at {frame.filename}:{frame.lineno}" if frame is not None else ""
 
 
 @contextlib.contextmanager
