@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import torch._dynamo.config as dynamo_config
 
@@ -54,9 +53,6 @@ class SkippedLogging(set):
     """``ignore_logging_functions`` while DISC traces: the set torch had, plus every
     message-emitting method of a ``logging.Logger`` that dynamo asks about (it asks with
     the bound method: ``method in ignore_set``); each new one is named in a warning."""
-
-    def __init__(self, members: Iterable[Any] = ()):
-        super().__init__(members)
 
     def __contains__(self, item: object) -> bool:
         if set.__contains__(self, item):

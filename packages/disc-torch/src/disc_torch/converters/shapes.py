@@ -64,16 +64,7 @@ def to_copy(ctx, node):
     return ctx.cast(ctx.value(node.args[0]), ctx.dtype(node))
 
 
-def _copy_check(node):
-    src = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
-    if not isinstance(src, torch.Tensor):
-        return "copy from a value that is not a tensor"
-    if src.device.type != "cpu":
-        return f"copy from device {src.device}"
-    return None
-
-
-@converter(aten.copy.default, dtypes=ALL_DTYPES, check=_copy_check)
+@converter(aten.copy.default, dtypes=ALL_DTYPES)
 def copy(ctx, node):
     """The functional form of ``self.copy_(src)``, which an in-place assignment such as
     ``ids[..., 1:] = x[..., :-1]`` becomes (with a ``slice_scatter`` around it; T5 shifts
