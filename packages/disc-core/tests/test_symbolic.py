@@ -41,6 +41,13 @@ B, S, H = Expr.sym("B"), Expr.sym("S"), Expr.sym("H")
     (S * B, "B*S"),
     (-S + 2, "-S + 2"),
     (floordiv(S, 2), "floordiv(S, 2)"),
+    # nested roundings by constants flatten: strided layers in a chain
+    (floordiv(floordiv(S + 3, 4) + 1, 2), "floordiv(S + 7, 8)"),
+    (floordiv(floordiv(floordiv(S + 1, 2) + 1, 2) + 1, 2), "floordiv(S + 7, 8)"),
+    (ceildiv(ceildiv(S, 2) + B, 3), "ceildiv(2*B + S, 6)"),
+    (floordiv(ceildiv(S, 2), 2), "floordiv(ceildiv(S, 2), 2)"),
+    (floordiv(2 * floordiv(S, 2), 4), "floordiv(2*floordiv(S, 2), 4)"),
+    (floordiv(floordiv(S, B), 2), "floordiv(floordiv(S, B), 2)"),
 ])
 def test_canonical_forms(expr: Expr, text: str) -> None:
     assert str(expr) == text
@@ -169,3 +176,16 @@ def test_simplification_preserves_value(pair, b, s, h) -> None:
 @given(exprs())
 def test_print_parse_round_trip(e: Expr) -> None:
     assert parse_expr(str(e)) == e
+
+
+@pytest.mark.parametrize("fn, py", [(floordiv, lambda x, y: x // y),
+                                    (ceildiv, lambda x, y: -(-x // y))])
+def test_flattened_nested_rounding_keeps_every_value(fn, py) -> None:
+    """round((round(a/b) + r)/c) == round((a + b*r)/(b*c)) on negative values too."""
+    for b in (1, 2, 3, 4):
+        for c in (2, 3, 8):
+            for r in (-5, 0, 1, 4):
+                e = fn(fn(S + B, b) + r, c)
+                for s in range(-20, 21):
+                    for bv in (0, 3):
+                        assert e.evaluate({"S": s, "B": bv}) == py(py(s + bv, b) + r, c), (e, s)

@@ -228,6 +228,24 @@ LAYOUT_CASES = [
          grad=True),
     Case("flip", lambda a: a.flip(-1) - a, rows3, grad=True),
     Case("pad", lambda a: F.pad(a, (1, 2, 0, 1), value=0.5) * 2, rows3, grad=True),
+    # amounts computed from the sizes at run time (Swin's window padding) and crops
+    Case("pad_to_multiple", lambda a: F.pad(a, (0, (4 - a.shape[-1] % 4) % 4,
+                                                a.shape[-2] // 2, 1), value=-1.0) * 2,
+         rows3, grad=True, strict_backward=True),
+    # as_strided on a contiguous tensor: a window (slice + reshape), size-1 dims with any
+    # stride (Swin's pooler), shifted rows and overlapping windows (gathers)
+    Case("as_strided_window", lambda a: torch.as_strided(
+        a, (a.shape[1], a.shape[2]), (a.shape[2], 1), a.shape[1] * a.shape[2]) * 2,
+         rows3, grad=True),
+    Case("as_strided_unit_dims", lambda a: a.sum(-1, keepdim=True).unsqueeze(-1).as_strided(
+        (2, a.shape[1], 1, 1), (a.shape[1], 1, 5, 7)) * 2, rows3, grad=True),
+    Case("as_strided_shifted", lambda a: torch.as_strided(
+        a, (2, a.shape[1], a.shape[2] - 1), (a.shape[1] * a.shape[2], a.shape[2], 1), 1) * 2,
+         rows3, grad=True),
+    Case("as_strided_overlapping", lambda a: torch.as_strided(
+        a, (2, a.shape[2] - 1, 2), (a.shape[1] * a.shape[2], 1, 1)) * 2, rows3, grad=True),
+    Case("pad_negative_crops", lambda a: F.pad(a, (-1, 2, 1, -1)) * 2, rows3, grad=True,
+         strict_backward=True),
     Case("arange_full", lambda a: a + torch.arange(a.shape[-1], dtype=a.dtype)
          + torch.full((a.shape[-1],), 2.0, dtype=a.dtype), x1, grad=True),
     Case("zeros_ones_like", lambda a: torch.ones_like(a) * 2 + torch.zeros_like(a) + a, x1),

@@ -191,6 +191,37 @@ def test_t5_for_conditional_generation(transformers):
     _run(model, _t5_batches(seed=4), lambda out: out.loss)
 
 
+def test_swin_inference_compiles_its_padding_and_pooler(transformers):
+    """Swin pads each feature map up to a multiple of its window by amounts computed from
+    the image size (``(w - W % w) % w``) and its pooler reads an ``as_strided`` view: both
+    ran in torch and split the graph in four. Every size below needs padding at both
+    stages, has an even number of patches and at least a window's worth at the last stage,
+    and the images are wider than high (a size that does not takes the other branch of
+    one of the model's own ``if`` statements or ``min`` calls: a second graph; so does a
+    batch of 1, in torch's adaptive pooling). Inference only: torch's own tracing of
+    Swin's training step with symbolic padding takes minutes here."""
+    torch.manual_seed(0)
+    config = _no_dropout(transformers.SwinConfig(
+        image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+        window_size=4, num_labels=5, drop_path_rate=0.0))
+    model = transformers.SwinForImageClassification(config).eval()
+    compiled = disc_torch.optimize(model, cache_graphs=False)
+    g = torch.Generator().manual_seed(7)
+    counts = []
+    for b, h, w in [(2, 40, 56), (3, 56, 72), (2, 40, 88)]:
+        x = torch.randn(b, 3, h, w, generator=g)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(pixel_values=x).logits,
+                                       model(pixel_values=x).logits, rtol=1e-4, atol=1e-5)
+        counts.append(disc_torch.compile_count())
+    assert counts[0] > 0 and all(c == counts[0] for c in counts), counts
+    (graph,) = disc_torch.report().graphs
+    assert len(graph.clusters) == 1, graph.clusters
+    assert not [(n.op, n.detail) for n in graph.nodes if n.status.value != "compiled"]
+    assert {"aten.constant_pad_nd.default", "aten.as_strided.default"} <= {
+        n.op for n in graph.nodes}
+
+
 class BasicBlock(nn.Module):
     """torchvision's ResNet basic block: conv-bn-relu, conv-bn, shortcut, relu."""
 
@@ -246,3 +277,38 @@ def test_resnet_with_batch_norm():
             return F.cross_entropy(self.net(x), y)
 
     _run(WithLoss(), batches(), lambda loss: loss)
+
+
+class StridedResNet(nn.Module):
+    """torchvision's ResNet stem (7x7 stride-2 convolution, 3x3 stride-2 max pooling) and
+    two stride-2 stages: every stage's size is a rounding of the last one's."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.layers = nn.Sequential(BasicBlock(8, 16, 2), BasicBlock(16, 16, 2))
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc(self.layers(self.stem(x)).mean((2, 3))), y)
+
+
+def test_resnet_stem_and_strided_stages_compile_every_convolution():
+    """The sizes after a chain of strided layers, ``((H + 3) // 4 + 1) // 2`` as the
+    converters compose them, are ``(H + 7) // 8`` in torch's own shape rules: the two must
+    be recognized as one, or every convolution after the stem falls back (a transformers
+    ResNet ran 24 of its convolutions in torch so)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(6)
+
+    def batches():
+        for b, h, w in [(2, 40, 36), (3, 33, 47), (2, 64, 29), (3, 50, 50)]:
+            yield (f"batch {b} x {h}x{w}",
+                   dict(x=torch.randn(b, 3, h, w, generator=g),
+                        y=torch.randint(0, 10, (b,), generator=g)))
+
+    _run(StridedResNet(), batches(), lambda loss: loss)
+    fallen = [(n.op, n.detail) for gr in disc_torch.report().graphs for n in gr.nodes
+              if n.status.value != "compiled" and "convolution" in n.op]
+    assert not fallen, fallen

@@ -385,6 +385,26 @@ def _exact_monomial_quotient(num: Expr, den: Expr) -> Expr | None:
     return Expr(out)
 
 
+def _nested_division(fn: str, num: Expr) -> tuple[Expr, int, Expr] | None:
+    """``(a, b, rest)`` when ``num = fn(a, b) + rest`` with ``b`` a positive constant (the
+    first such term, coefficient 1), else None.
+
+    For integer ``r`` and positive integers ``b`` and ``c``, ``floor(floor(a/b) + r, c)``
+    is ``floor(a + b*r, b*c)``, and the same holds for ceil. Sizes after a chain of
+    strided layers (a stride-2 convolution after a stride-2 pooling after a stride-2
+    stem) come out nested from a converter and flat from the framework's own shape
+    rules: one canonical form makes them structurally equal."""
+    for mono, coeff in num.terms:
+        if coeff != 1 or len(mono) != 1:
+            continue
+        atom = mono[0]
+        if isinstance(atom, Func) and atom.fn == fn:
+            divisor = atom.args[1]
+            if divisor.is_const and divisor.value > 0:
+                return atom.args[0], divisor.value, num - Expr.from_atom(atom)
+    return None
+
+
 def _rounded_div(fn: str, a: ExprLike, b: ExprLike) -> Expr:
     """floordiv or ceildiv: fold constants, pull out exact multiples, else an opaque atom."""
     num, den = as_expr(a), as_expr(b)
@@ -397,6 +417,10 @@ def _rounded_div(fn: str, a: ExprLike, b: ExprLike) -> Expr:
         if num.is_const:
             return Expr.const(num.value // c if fn == "floordiv" else -(-num.value // c))
         if c > 0:
+            nested = _nested_division(fn, num)
+            if nested is not None:  # round((round(a/b) + r)/c) = round((a + b*r)/(b*c))
+                inner, b, rest = nested
+                return _rounded_div(fn, inner + rest * b, Expr.const(b * c))
             q, r = _split_by_const(num, c)
             if not r.terms:
                 return q

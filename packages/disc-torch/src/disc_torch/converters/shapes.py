@@ -74,6 +74,55 @@ def copy(ctx, node):
                     ctx.dtype(node))
 
 
+def _as_strided_check(node):
+    x = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(x, torch.Tensor):
+        return "as_strided of a non-tensor"
+    try:
+        contiguous = bool(x.is_contiguous())
+    except Exception:  # a layout fake tensors cannot decide without a guard
+        contiguous = False
+    if not contiguous:  # its storage order is not the row-major order a cluster keeps
+        return "as_strided of a tensor that is not contiguous"
+    return None
+
+
+@converter(aten.as_strided.default, aten.as_strided_copy.default, dtypes=ALL_DTYPES,
+           check=_as_strided_check)
+def as_strided(ctx, node):
+    """Element ``i`` of the result is element ``offset + sum(i_k * stride_k)`` of ``x``'s
+    row-major storage (``x`` is contiguous: the check). Sizes, strides and the offset may
+    be sizes known at run time. A window of contiguous elements (strides row-major over
+    the dims larger than 1; Swin's pooler makes one with size-1 dims of any stride) is a
+    slice and a reshape; any other layout gathers by computed positions (clamped in range,
+    as core's gather is; torch rejects out-of-range layouts before)."""
+    x = ctx.value(node.args[0])
+    meta = node.args[0].meta["val"]
+    sizes = [ctx.expr(v) for v in node.args[1]]
+    strides = [ctx.expr(v) for v in node.args[2]]
+    given = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    base = ctx.expr(meta.storage_offset())
+    offset = Expr.const(0) if given is None else ctx.expr(given) - base
+    numel = Expr.const(1)
+    for d in x.shape:
+        numel = numel * d
+    flat = ctx.reshape(x, [numel])
+    count, row_major = Expr.const(1), True
+    for d, st in zip(reversed(sizes), reversed(strides)):
+        if d != Expr.const(1) and st != count:
+            row_major = False
+        count = count * d
+    if row_major:
+        window = ctx.op("slice", flat, start=[offset], limit=[offset + count], stride=[1])
+        return ctx.reshape(window, sizes)
+    position = ctx.broadcast_to(ctx.size_value(offset, DType.I64), sizes)
+    for k, st in enumerate(strides):
+        step = ctx.op("mul", ctx.op("iota", shape=sizes, dimension=k, dtype=DType.I64),
+                      ctx.broadcast_to(ctx.size_value(st, DType.I64), sizes))
+        position = ctx.op("add", position, step)
+    return ctx.op("gather", flat, position, axis=0)
+
+
 @converter(aten.permute.default, dtypes=ALL_DTYPES)
 def permute(ctx, node):
     x = ctx.value(node.args[0])
@@ -258,24 +307,18 @@ def stack(ctx, node):
     return parts[0] if len(parts) == 1 else ctx.op("concatenate", *parts, dimension=dim)
 
 
-def _pad_check(node):
-    pad = node.args[1]
-    if not all(isinstance(p, int) for p in pad):
-        return "padding computed at run time"
-    if any(p < 0 for p in pad):
-        return "negative padding (cropping)"
-    return None
-
-
-@converter(aten.constant_pad_nd.default, dtypes=ALL_DTYPES, check=_pad_check)
+@converter(aten.constant_pad_nd.default, dtypes=ALL_DTYPES)
 def constant_pad(ctx, node):
+    """Amounts may be sizes computed at run time (Swin pads each window grid up to a
+    multiple of the window: ``(w - W % w) % w``) and negative (a crop, as the backward of
+    a pad is): core's ``pad`` takes dims and crops by negative amounts, as torch does."""
     x = ctx.value(node.args[0])
     pad = list(node.args[1])
     value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
-    low, high = [0] * x.rank, [0] * x.rank
+    low, high = [Expr.const(0)] * x.rank, [Expr.const(0)] * x.rank
     for i in range(len(pad) // 2):
         axis = x.rank - 1 - i
-        low[axis], high[axis] = pad[2 * i], pad[2 * i + 1]
+        low[axis], high[axis] = ctx.expr(pad[2 * i]), ctx.expr(pad[2 * i + 1])
     return ctx.op("pad", x, ctx.scalar(value, x.dtype), low=low, high=high,
                   interior=[0] * x.rank)
 
