@@ -217,30 +217,43 @@ PROPERTY_LOSS = (
     ("return F.cross_entropy(", "return self.loss_fn("),
 )
 
-#: forward wrapped twice, the inner wrapper closing over a flag: dynamo guards the flag
-#: through the wrapper's closure, and the package it writes does not install again
-#: (transformers' ``can_return_tuple`` over ``deprecate_kwarg``)
+#: forward wrapped twice by decorators of another module (``wrappers.py``, written next to
+#: the script), as transformers' ``deprecate_kwarg`` wraps ``can_return_tuple``: the outer
+#: wrapper takes ``*a`` (the module among them), closes over a flag and formats the
+#: wrapped function's name; a submodule's decorated forward is inlined, and dynamo guards
+#: the function its wrapper closes over through ``a[0]``
 DECORATED_FORWARD = (
     ("class Net(nn.Module):",
-     "import functools\n\n"
-     "def outer(func):\n"
-     "    @functools.wraps(func)\n"
-     "    def wrapper(self, *a, **k):\n"
-     "        return func(self, *a, **k)\n"
-     "    return wrapper\n\n"
-     "def flagged(enabled):\n"
-     "    def deco(func):\n"
-     "        @functools.wraps(func)\n"
-     "        def wrapped(*a, **k):\n"
-     "            if enabled:\n"
-     "                print('flag on')\n"
-     "            return func(*a, **k)\n"
-     "        return wrapped\n"
-     "    return deco\n\n"
+     "from wrappers import flagged, outer\n\n"
+     "class Head(nn.Linear):\n"
+     "    @outer\n"
+     "    def forward(self, x):\n"
+     "        return super().forward(x)\n\n"
      "class Net(nn.Module):"),
+    ("self.head = nn.Linear(HIDDEN, 4)", "self.head = Head(HIDDEN, 4)"),
     ("    def forward(self, x, y):",
-     "    @outer\n    @flagged(False)\n    def forward(self, x, y):"),
+     "    @flagged(False)\n    @outer\n    def forward(self, x, y):"),
 )
+WRAPPERS = textwrap.dedent("""
+    import functools
+
+    def outer(func):
+        @functools.wraps(func)
+        def wrapper(self, *a, **k):
+            return func(self, *a, **k)
+        return wrapper
+
+    def flagged(enabled):
+        def deco(func):
+            @functools.wraps(func)
+            def wrapped(*a, **k):
+                name = f"{a[0].__class__.__name__}.{func.__name__}"  # for a message
+                if enabled:
+                    print("flag on", name)
+                return func(*a, **k)
+            return wrapped
+        return deco
+""")
 
 
 def test_a_frame_dynamo_cannot_name_runs_and_the_rest_is_kept(tmp_path):
@@ -259,16 +272,71 @@ def test_a_frame_dynamo_cannot_name_runs_and_the_rest_is_kept(tmp_path):
     assert hot["losses"][:3] == cold["losses"]
 
 
-def test_a_package_that_does_not_install_is_not_written_again(tmp_path):
-    """The package a decorated forward leaves fails to install in the next process. Its
-    partial install is undone (it used to collide with the trace that followed: "Name
-    '__builtins_dict___0' already exists in scope"), the process traces and runs, and
-    from then on no process writes or reads a package for that callable."""
+def test_a_decorated_forward_is_kept(tmp_path):
+    """dynamo wrote the function a decorator wraps as a placeholder (its qualified name
+    leads to the wrapper) and filed the frame under the wrapped function's module: the
+    package did not install in the next process, which traced again (every transformers
+    model optimized directly). Both are kept now."""
     cache = tmp_path / "disc-cache"
     _script_variant(tmp_path, *DECORATED_FORWARD)
+    (tmp_path / "wrappers.py").write_text(WRAPPERS)
+    cold = _run(tmp_path, cache)
+    _assert_matches_eager(cold)
+    assert not cold["warnings"], cold["warnings"]
+    hot = _run(tmp_path, cache, shapes="3,1,6,11")
+    _assert_matches_eager(hot)
+    assert hot["traced"] == 0, hot["warnings"]
+    assert not hot["warnings"], hot["warnings"]
+    assert hot["losses"][:3] == cold["losses"]
+
+
+#: the output is an OrderedDict subclass (transformers' ModelOutput) in a module that does
+#: not name ``collections``: dynamo's code rebuilds it through a global it installs under
+#: an id-based name (``___module_collections_<id>_c0``) and its package does not record
+MODEL_OUTPUT = (
+    ("class Net(nn.Module):",
+     "from collections import OrderedDict\n\n"
+     "class Out(OrderedDict):\n"
+     "    def item(self):\n"
+     "        return self['loss'].item()\n\n"
+     "    def backward(self):\n"
+     "        self['loss'].backward()\n\n"
+     "class Net(nn.Module):"),
+    ("return F.cross_entropy(self.head(h).flatten(0, 1), y.flatten())",
+     "return Out(loss=F.cross_entropy(self.head(h).flatten(0, 1), y.flatten()))"),
+)
+
+
+def test_an_output_rebuilt_through_an_installed_module_global_is_kept(tmp_path):
+    cache = tmp_path / "disc-cache"
+    _script_variant(tmp_path, *MODEL_OUTPUT)
+    cold = _run(tmp_path, cache)
+    _assert_matches_eager(cold)
+    hot = _run(tmp_path, cache, shapes="3,1,6,11")
+    _assert_matches_eager(hot)
+    assert hot["traced"] == 0, hot["warnings"]
+    assert not hot["warnings"], hot["warnings"]
+
+
+def _strip_backends(package: Path) -> None:
+    """Make ``package`` read back whole and fail to install (its graphs are gone)."""
+    import pickle
+
+    entry, pins, module_globals = pickle.loads(package.read_bytes())
+    entry.backends.clear()
+    package.write_bytes(pickle.dumps((entry, pins, module_globals)))
+
+
+def test_a_package_that_does_not_install_is_not_written_again(tmp_path):
+    """A package that reads back whole and does not install. Its partial install is undone
+    (it used to collide with the trace that followed: "Name '__builtins_dict___0' already
+    exists in scope"), the process traces and runs, and from then on no process writes or
+    reads a package for that callable."""
+    cache = tmp_path / "disc-cache"
     cold = _run(tmp_path, cache)
     _assert_matches_eager(cold)
     (package,) = _packages(cache)
+    _strip_backends(package)
     written = package.stat().st_mtime_ns
     second = _run(tmp_path, cache)
     _assert_matches_eager(second)

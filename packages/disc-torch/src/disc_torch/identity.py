@@ -84,7 +84,10 @@ class IdentityPins:
         self._globals = _FrameGlobals(getattr(inner, "__globals__", {}))
         self._global_scope = {"G": self._globals, "__builtins__": __builtins__}
         self._self = getattr(fn, "__self__", None)
-        self._signature = inspect.signature(inner)
+        # the parameters of the frame dynamo traces, which a decorator's wrapper
+        # (``wrapper(self, *args, **kwargs)``, as transformers decorates forward) names
+        # itself: its guards read ``args``, not the wrapped function's parameters
+        self._signature = inspect.signature(inner, follow_wrapped=False)
         params = list(self._signature.parameters.values())
         # positional calls bind by zipping names (Signature.bind costs ~5 us a call)
         self._positional = None if any(

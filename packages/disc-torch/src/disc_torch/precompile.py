@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib
 import inspect
 import itertools
 import logging
@@ -52,6 +53,7 @@ from .compilers import get_compiler
 from .fallback import warn_once
 from .frozen import FreezeError, freeze_graph, thaw_graph
 from .identity import IdentityPins
+from .wrapped_functions import keeping_wrapped_functions
 
 __all__ = ["DiscOutputCode", "GraphPackage", "NotCacheable", "caching_active", "caching_graphs",
            "forward_of"]
@@ -193,15 +195,15 @@ class GraphPackage:
         if self.unusable_marker.exists():
             self.unusable = _read_reason(self.unusable_marker)
             _warn_unusable(fn, f"an earlier process found: {self.unusable}")
-            return CompilePackage(fn, None)
+            return _compile_package(fn, None)
         if not self.path.exists():
-            return CompilePackage(fn, None)
+            return _compile_package(fn, None)
         package = None
         try:
             data = self.path.read_bytes()
-            entry, pins = pickle.loads(data)
+            entry, pins, module_globals = pickle.loads(data)
             if not isinstance(entry, PrecompileCacheEntry) or not isinstance(pins, dict):
-                raise TypeError("not a (PrecompileCacheEntry, pins) pair")
+                raise TypeError("not a (PrecompileCacheEntry, pins, modules) triple")
             for expression, description in pins.items():
                 self.pins.add(expression, description)
             # the bytes are kept for when the package grows: installing thaws the graphs
@@ -209,7 +211,8 @@ class GraphPackage:
             self._loaded_bytes = data
             scopes = _global_scopes(entry)
             before = [set(scope) for scope in scopes]
-            package = CompilePackage(fn, entry.dynamo)
+            package = _compile_package(fn, entry.dynamo)
+            _install_module_globals(module_globals)
             with _guard_errors_unlogged():  # a failure is DISC's warning below, once
                 package.install(entry.backends)
             _skip_installed_names(package)
@@ -231,7 +234,7 @@ class GraphPackage:
             else:
                 warn_once(f"DISC: the traced-graph cache entry {self.path} cannot be used "
                           f"({reason}); tracing again")
-            return CompilePackage(fn, None)
+            return _compile_package(fn, None)
         self._saved = set(entry.backends)
         self.loaded = True
         return package
@@ -286,7 +289,8 @@ class GraphPackage:
                 return
             backends[backend_id] = artifact
         self._saved = ids
-        data = pickle.dumps((PrecompileCacheEntry(entry, backends), dict(self.pins.pins)))
+        data = pickle.dumps((PrecompileCacheEntry(entry, backends), dict(self.pins.pins),
+                             _module_globals(entry.codes)))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-")
         try:
@@ -296,6 +300,25 @@ class GraphPackage:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _compile_package(fn: Any, dynamo: Any) -> CompilePackage:
+    """dynamo's package for ``fn``, its traced frame filed under the module whose globals
+    that frame runs in.
+
+    dynamo files it under ``fn.__module__`` and installs the compiled graphs into that
+    module's globals. A decorator's wrapper (transformers decorates most ``forward``
+    methods) has the module of the function it wraps (``functools.wraps`` copies it) and
+    the globals of the decorator's own: a package loaded so installed its graphs where
+    the frame does not look, and the first call failed (``NameError``)."""
+    package = CompilePackage(fn, dynamo)
+    inner = getattr(fn, "__func__", fn)
+    code = getattr(inner, "__code__", None)
+    module = getattr(inner, "__globals__", {}).get("__name__")
+    entry = package._codes.get(code)
+    if entry is not None and module in sys.modules and entry.python_module != module:
+        entry.python_module = module
+    return package
 
 
 def _record_unnamed_frames(package: CompilePackage) -> None:
@@ -338,6 +361,32 @@ def _guard_errors_unlogged() -> Iterator[None]:
         yield
     finally:
         guards_log.disabled = previous
+
+
+#: globals by which dynamo's generated code loads a module object it has no other name
+#: for (``___module_collections_<id>_c0``: codegen's ``create_load_python_module``, when
+#: the code rebuilds an output such as transformers' ``ModelOutput``); its package does not
+#: record them, so DISC's does
+_MODULE_GLOBAL = "___module_"
+
+
+def _module_globals(codes: Any) -> dict[str, dict[str, str]]:
+    """{frame module: {global name: name of the module it holds}} of those globals."""
+    out: dict[str, dict[str, str]] = {}
+    for code in codes:
+        module = sys.modules.get(code.python_module)
+        for name, value in list(vars(module).items()) if module is not None else ():
+            if name.startswith(_MODULE_GLOBAL) and inspect.ismodule(value):
+                out.setdefault(code.python_module, {})[name] = value.__name__
+    return out
+
+
+def _install_module_globals(module_globals: dict[str, dict[str, str]]) -> None:
+    """Put the globals :func:`_module_globals` recorded back (before ``install``)."""
+    for frame_module, names in module_globals.items():
+        scope = vars(sys.modules[frame_module])
+        for name, module_name in names.items():
+            scope.setdefault(name, importlib.import_module(module_name))
 
 
 def _global_scopes(entry: PrecompileCacheEntry) -> list[dict[str, Any]]:
@@ -406,7 +455,7 @@ def _skip_installed_names(package: CompilePackage) -> None:
     for code in package._codes.values():
         module = sys.modules.get(code.python_module)
         for name in vars(module) if module is not None else ():
-            if name.startswith("__"):
+            if name.startswith("__") and not name.startswith(_MODULE_GLOBAL):  # (an id)
                 top = max([top, *(int(n) for n in re.findall(r"_(\d+)(?=_|$)", name))])
     current = next(bytecode._unique_id_counter)
     bytecode._unique_id_counter = itertools.count(max(current, top + 1))
@@ -425,7 +474,8 @@ def caching_graphs(enabled: bool) -> Iterator[None]:
     functorch_config.bundled_autograd_cache = enabled or previous[0]
     _active = enabled or previous[1]
     try:
-        yield
+        with keeping_wrapped_functions(enabled):
+            yield
     finally:
         functorch_config.bundled_autograd_cache, _active = previous
 
