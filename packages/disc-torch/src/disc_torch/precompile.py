@@ -53,7 +53,7 @@ from .compilers import get_compiler
 from .fallback import warn_once
 from .frozen import FreezeError, freeze_graph, thaw_graph
 from .identity import IdentityPins
-from .wrapped_functions import keeping_wrapped_functions
+from .wrapped_functions import globals_module, keeping_wrapped_functions
 
 __all__ = ["DiscOutputCode", "GraphPackage", "NotCacheable", "caching_active", "caching_graphs",
            "forward_of"]
@@ -312,10 +312,8 @@ def _compile_package(fn: Any, dynamo: Any) -> CompilePackage:
     the globals of the decorator's own: a package loaded so installed its graphs where
     the frame does not look, and the first call failed (``NameError``)."""
     package = CompilePackage(fn, dynamo)
-    inner = getattr(fn, "__func__", fn)
-    code = getattr(inner, "__code__", None)
-    module = getattr(inner, "__globals__", {}).get("__name__")
-    entry = package._codes.get(code)
+    module = globals_module(fn)
+    entry = package._codes.get(getattr(getattr(fn, "__func__", fn), "__code__", None))
     if entry is not None and module in sys.modules and entry.python_module != module:
         entry.python_module = module
     return package

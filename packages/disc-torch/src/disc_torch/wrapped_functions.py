@@ -10,7 +10,7 @@ loading the package failed on the first guard that reads it (``L['func'].__name_
 such a model was traced again in every process.
 
 While DISC writes a package (:func:`~disc_torch.precompile.caching_graphs`), such a
-function is written by value instead (code, globals' module, names, defaults, closure,
+function is written by value instead (code, its globals' module, names, defaults, closure,
 attributes), as dynamo already writes functions defined inside other functions. The
 rebuilt function only serves to build the guard checks; they run on the live frame.
 """
@@ -24,7 +24,14 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["keeping_wrapped_functions", "rebuild_function"]
+__all__ = ["globals_module", "keeping_wrapped_functions", "rebuild_function"]
+
+
+def globals_module(fn: Any) -> str | None:
+    """The name of the module whose globals ``fn`` runs in. Not ``fn.__module__``, which
+    ``functools.wraps`` copies from the function a wrapper wraps."""
+    inner = getattr(fn, "__func__", fn)
+    return getattr(inner, "__globals__", {}).get("__name__")
 
 
 def rebuild_function(code: types.CodeType, module: str, name: str, qualname: str,
@@ -61,7 +68,7 @@ def keeping_wrapped_functions(enabled: bool) -> Iterator[None]:
         reduced = original(self, obj)
         if (inspect.isfunction(obj) and type(reduced) is tuple and reduced[0] is missing
                 and reduced[1] == ("fqn mismatch",)):
-            return rebuild_function, (obj.__code__, obj.__module__, obj.__name__,
+            return rebuild_function, (obj.__code__, globals_module(obj), obj.__name__,
                                       obj.__qualname__, obj.__defaults__, obj.__kwdefaults__,
                                       obj.__closure__, dict(obj.__dict__))
         return reduced

@@ -14,7 +14,7 @@ import torch
 
 from disc_core.bridge.windows import spread
 from disc_core.dtypes import DType
-from disc_core.symbolic import Expr
+from disc_core.symbolic import Expr, product
 
 from ..context import ConversionError, Lowering
 from .registry import ALL_DTYPES, NUMERIC_DTYPES, converter
@@ -103,10 +103,7 @@ def as_strided(ctx, node):
     given = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
     base = ctx.expr(meta.storage_offset())
     offset = Expr.const(0) if given is None else ctx.expr(given) - base
-    numel = Expr.const(1)
-    for d in x.shape:
-        numel = numel * d
-    flat = ctx.reshape(x, [numel])
+    flat = ctx.reshape(x, [product(x.shape)])
     count, row_major = Expr.const(1), True
     for d, st in zip(reversed(sizes), reversed(strides)):
         if d != Expr.const(1) and st != count:
