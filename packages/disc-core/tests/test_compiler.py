@@ -90,6 +90,31 @@ def test_compile_text_hits_by_text_and_builds_from_it_on_a_miss(tmp_path) -> Non
     np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6, atol=1e-7)
 
 
+def test_graphs_that_differ_only_in_their_names_share_one_artifact(tmp_path) -> None:
+    """A graph's name says where it came from (a bridge numbers a process's graphs, and a
+    recompiled frame's clusters come back as ``forward_2_c0``), not what it computes."""
+    def named(name: str, negate: bool = False):
+        g = softmax_graph()
+        g.name = name
+        if negate:
+            b = GraphBuilder(name)
+            x = b.input("x", "f32", ["B", "S"])
+            g = b.build(b.neg(x))
+        return g
+
+    x = np.random.default_rng(2).standard_normal((3, 6)).astype(np.float32)
+    compiler = Compiler(CompileCache(tmp_path))
+    first = compiler.compile(named("forward_0_c0"))
+    again = compiler.compile(named("forward_2_c0"))
+    assert again is first and compiler.stats.compiles == 1
+    np.testing.assert_allclose(again.run([x])[0], np_softmax(x), rtol=1e-6, atol=1e-7)
+    assert Compiler(CompileCache(tmp_path)).compile_text(
+        str(named("inference_7_c0")), [("float32", 2)])[1] == "disk"
+    other = compiler.compile(named("forward_0_c0", negate=True))  # same name, other body
+    assert compiler.stats.compiles == 2
+    np.testing.assert_array_equal(other.run([x])[0], -x)
+
+
 def test_optimized_artifact_keeps_numerics(tmp_path) -> None:
     b = GraphBuilder("opt")
     x = b.input("x", "f32", ["N"])

@@ -52,6 +52,15 @@ def fallbacks(op_prefix: str | None = None) -> list[tuple[str, str, str]]:
     return out
 
 
+def built_artifacts() -> int:
+    """The distinct artifacts this process's clusters run (their compile-cache keys): what
+    one compile per cluster, not per shape, comes to. Clusters that compute the same thing
+    share one (a graph traced again after a guard failure often holds the same cluster)."""
+    keys = {c.key for g in disc_torch.report().graphs for c in g.clusters}
+    assert None not in keys, "a cluster without a built artifact"
+    return len(keys)
+
+
 CI_SCRIPTS = Path(__file__).resolve().parents[3] / "ci"
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from helpers import assert_same, fallbacks
+from helpers import assert_same, built_artifacts, fallbacks
 
 import disc_torch
 from disc_core.bridge import fallback
@@ -55,6 +55,35 @@ def test_one_compile_for_fifty_sequence_lengths_including_1():
     graphs = disc_torch.report().graphs
     assert len(graphs) == 1, "dynamo recompiled for some shape"
     assert disc_torch.compile_count() == len(graphs[0].clusters) >= 1
+    assert not fallbacks()
+
+
+class _Settings:
+    verbose = False
+
+
+def test_a_graph_traced_again_loads_the_clusters_it_already_built():
+    """A guard failure that does not change the computation (a flag the code reads, as
+    transformers sets ``config.problem_type`` on the first loss) traces a second graph with
+    the same clusters under another name: they load the first graph's artifacts."""
+    settings = _Settings()
+
+    def fn(x, w):
+        if settings.verbose:  # dynamo guards on the flag; the ops are the same either way
+            pass
+        return F.gelu(x @ w).softmax(-1) * 2
+
+    compiled = disc_torch.optimize(fn)
+    w = torch.randn(16, 8)
+    for verbose, rows in ((False, 3), (True, 5), (True, 1), (False, 7)):
+        settings.verbose = verbose
+        x = torch.randn(2, rows, 16)
+        assert_same(compiled(x, w), fn(x, w))
+    graphs = disc_torch.report().graphs
+    assert [g.name.split("_")[0] for g in graphs] == ["inference", "inference"]
+    assert len(graphs[0].clusters) == len(graphs[1].clusters) >= 1
+    assert disc_torch.compile_count() == len(graphs[0].clusters)
+    assert sum(c.cache_hits for c in graphs[1].clusters) == len(graphs[1].clusters)
     assert not fallbacks()
 
 
@@ -102,8 +131,7 @@ def test_gpt_block_trains_like_eager():
     assert summary.compiled > 0, summary
     roles = sorted(g.name.split("_")[0] for g in disc_torch.report().graphs)
     assert roles == ["backward", "forward"], "one forward and one backward graph for 5 shapes"
-    assert disc_torch.compile_count() == sum(len(g.clusters)
-                                              for g in disc_torch.report().graphs)
+    assert disc_torch.compile_count() == built_artifacts()
     # every cluster reports its fused groups, at most one per generated kernel
     clusters = [c for g in disc_torch.report().graphs for c in g.clusters]
     assert clusters and all(c.fusions is not None and 0 < c.fusions <= c.kernels

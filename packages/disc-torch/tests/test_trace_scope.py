@@ -17,6 +17,7 @@ from disc_torch.precompile import caching_active
 
 def _settings() -> dict[str, object]:
     return {"backed_size_oblivious": fx_config.backed_size_oblivious,
+            "use_duck_shape": fx_config.use_duck_shape,
             "specialize_float": dynamo_config.specialize_float,
             "fake_tensor_cache_enabled": dynamo_config.fake_tensor_cache_enabled,
             "bundled_autograd_cache": functorch_config.bundled_autograd_cache,
@@ -50,6 +51,7 @@ def test_settings_hold_while_dynamo_compiles_and_only_then(monkeypatch):
     assert len(seen) == 2, seen
     for during, caching in zip(seen, (True, False)):
         assert during["backed_size_oblivious"] is True
+        assert during["use_duck_shape"] is False
         assert during["specialize_float"] is True
         assert during["fake_tensor_cache_enabled"] is False
         assert during["caching_active"] is caching
@@ -67,6 +69,7 @@ def test_other_backends_compile_with_torchs_own_settings(monkeypatch):
     x = torch.randn(4)
     torch.compile(lambda t: t + 3, backend=other, dynamic=True)(x)
     assert seen and seen[0]["backed_size_oblivious"] is False
+    assert seen[0]["use_duck_shape"] == fx_config.use_duck_shape
     assert seen[0]["fake_tensor_cache_enabled"] == dynamo_config.fake_tensor_cache_enabled
 
 
@@ -91,3 +94,20 @@ def test_without_dynamos_callback_api_the_settings_wrap_the_call(monkeypatch):
     torch.testing.assert_close(compiled(x), fn(x))
     assert _settings() == outside
     assert [s["backed_size_oblivious"] for s in seen] == [True]
+
+
+def test_dims_equal_in_the_first_call_are_not_tied_together():
+    """A square first input (or a batch as long as the sequence) must not specialize the
+    graph to equal dims: torch's duck sizing would give both one symbol and guard their
+    equality, and the first unequal call would trace and compile everything again."""
+    from disc_core.report import get_collector
+
+    get_collector().clear()
+    fn = lambda x, y: (x * 2 + y.sum(0)).relu() @ y.t()  # noqa: E731
+    compiled = disc_torch.optimize(fn, min_cluster_size=1)
+    before = disc_torch.compile_count()
+    for rows, cols in ((4, 4), (3, 5), (6, 2), (7, 7), (1, 9)):
+        x, y = torch.randn(rows, cols), torch.randn(rows + 1, cols)
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+    assert disc_torch.compile_count() - before == 1
+    assert len(disc_torch.report().graphs) == 1

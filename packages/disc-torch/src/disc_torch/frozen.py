@@ -107,7 +107,7 @@ def freeze_graph(graph: Any) -> dict[str, Any]:
             c.pop(key, None)
         c.update(cache_hits=0, cache_misses=0, calls=0)
     return {"top": _freeze_source(graph.gm, set(names.values())), "clusters": clusters,
-            "report": report}
+            "report": report, "has_fallback_ops": graph.has_fallback_ops}
 
 
 def _policy(kept: Any) -> Any:
@@ -148,4 +148,6 @@ def thaw_graph(state: dict[str, Any], compiler: Any) -> Any:
             module.attach_frozen(c["tensor_args"], c["symbol_sources"], exe,
                                  (c["graph_text"], c["input_types"]))
     gm = _thaw_source(state["top"], modules)
-    return PartitionedGraph(gm, ordered, recorder, clock)
+    # a package written before the flag was kept: time the graph's calls, as then
+    return PartitionedGraph(gm, ordered, recorder, clock,
+                            has_fallback_ops=state.get("has_fallback_ops", True))

@@ -34,6 +34,10 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
     """How ``optimize`` asks dynamo to trace.
 
     * sizes 0 and 1 are traced like any other size (one graph, one DISC compile per rank);
+    * no duck sizing: dims that happen to be equal in the first call (a square image, a
+      batch as long as the sequence) get symbols of their own. torch gives them one
+      symbol and guards their equality, so the first unequal call traced and compiled
+      everything again (HF ResNet training: two more 10 s builds of its two clusters);
     * Python floats (eps, scales) are constants: otherwise dynamo traces them symbolically,
       finds they must become tensors and restarts the whole analysis (about 2x the
       tracing time). A float argument that changes every call then recompiles: turn
@@ -45,16 +49,17 @@ def tracing_config(specialize_floats: bool) -> Iterator[None]:
       than they save on symbolic shapes)."""
     import torch.fx.experimental._config as fx_config
 
-    previous = (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
-                dynamo_config.fake_tensor_cache_enabled)
+    previous = (fx_config.backed_size_oblivious, fx_config.use_duck_shape,
+                dynamo_config.specialize_float, dynamo_config.fake_tensor_cache_enabled)
     fx_config.backed_size_oblivious = True
-    dynamo_config.specialize_float = specialize_floats or previous[1]
+    fx_config.use_duck_shape = False
+    dynamo_config.specialize_float = specialize_floats or previous[2]
     dynamo_config.fake_tensor_cache_enabled = False
     try:
         yield
     finally:
-        (fx_config.backed_size_oblivious, dynamo_config.specialize_float,
-         dynamo_config.fake_tensor_cache_enabled) = previous
+        (fx_config.backed_size_oblivious, fx_config.use_duck_shape,
+         dynamo_config.specialize_float, dynamo_config.fake_tensor_cache_enabled) = previous
 
 
 class _Asked(threading.local):

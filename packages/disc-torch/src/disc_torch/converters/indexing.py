@@ -7,6 +7,8 @@ and rejects out-of-range ones, so converters first map ``i < 0`` to ``i + size``
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from disc_core.dtypes import DType
@@ -156,15 +158,31 @@ def _scatter_check(node):
     return None
 
 
+def _pad_rows(ctx: Lowering, v: Any, fill: Any, shape: list[Expr], axis: int) -> Any:
+    """``v`` (one entry along ``axis``) padded at the end of every other dim to ``shape``'s
+    size there, with ``fill``."""
+    low = [Expr.const(0)] * v.rank
+    high = [Expr.const(0) if d == axis or v.shape[d] == shape[d] else shape[d] - v.shape[d]
+            for d in range(v.rank)]
+    if all(h == Expr.const(0) for h in high):
+        return v
+    return ctx.op("pad", v, fill, low=low, high=high)
+
+
 @converter(aten.scatter.value, aten.scatter.src, dtypes=ALL_DTYPES, check=_scatter_check)
 def scatter(ctx, node):
-    """One index per row (one-hot, nll_loss backward): ``where(iota == index, src, x)``."""
+    """One index per row (one-hot, nll_loss backward): ``where(iota == index, src, x)``.
+
+    torch lets the index be shorter than ``self`` in the other dims (rows past its end are
+    left as they are); two inputs' dims of equal size are distinct symbols unless the
+    program ties them, so the index is padded to ``self``'s rows with -1, which no
+    position matches, by the difference (0 where the sizes turn out equal)."""
     x = ctx.value(node.args[0])
     axis = node.args[1] % x.rank
     idx = wrap_negative(ctx, _index_value(ctx, node.args[2]), x, axis)
     shape = list(x.shape)
-    if tuple(idx.shape) != tuple(shape[:axis] + [Expr.const(1)] + shape[axis + 1:]):
-        raise ConversionError("scatter index does not cover the other dims of self")
+    covered = list(idx.shape)  # the rows the index (and a src tensor) writes
+    idx = _pad_rows(ctx, idx, ctx.scalar(-1, idx.dtype), shape, axis)
     positions = ctx.op("iota", shape=shape, dimension=axis, dtype=idx.dtype)
     row_idx = ctx.op("broadcast_in_dim", ctx.reshape(idx, shape[:axis] + shape[axis + 1:]),
                      shape=shape, broadcast_dimensions=[i for i in range(x.rank) if i != axis])
@@ -172,8 +190,9 @@ def scatter(ctx, node):
     src = node.args[3]
     if node.target is aten.scatter.src:
         s = ctx.value(src)
-        row = ctx.op("slice", s, start=[Expr.const(0)] * s.rank, limit=list(idx.shape),
+        row = ctx.op("slice", s, start=[Expr.const(0)] * s.rank, limit=covered,
                      stride=[1] * s.rank)
+        row = _pad_rows(ctx, row, ctx.scalar(0, row.dtype), shape, axis)
         new = ctx.op("broadcast_in_dim", ctx.reshape(row, shape[:axis] + shape[axis + 1:]),
                      shape=shape, broadcast_dimensions=[i for i in range(x.rank) if i != axis])
         new = ctx.cast(new, x.dtype)

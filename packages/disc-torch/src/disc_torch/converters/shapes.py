@@ -87,29 +87,40 @@ def _as_strided_check(node):
     return None
 
 
-@converter(aten.as_strided.default, aten.as_strided_copy.default, dtypes=ALL_DTYPES,
-           check=_as_strided_check)
-def as_strided(ctx, node):
-    """Element ``i`` of the result is element ``offset + sum(i_k * stride_k)`` of ``x``'s
-    row-major storage (``x`` is contiguous: the check). Sizes, strides and the offset may
-    be sizes known at run time. A window of contiguous elements (strides row-major over
-    the dims larger than 1; Swin's pooler makes one with size-1 dims of any stride) is a
-    slice and a reshape; any other layout gathers by computed positions (clamped in range,
-    as core's gather is; torch rejects out-of-range layouts before)."""
-    x = ctx.value(node.args[0])
+def _strided_layout(ctx: Lowering, node: Any) -> tuple[list[Expr], list[Expr], Expr, bool]:
+    """The sizes, strides and offset (from the first element of the contiguous tensor
+    ``node.args[0]``, whose storage offset it subtracts) of ``as_strided``-style arguments
+    starting at ``node.args[pos]``, and whether they describe a window of contiguous
+    elements: strides row-major over the dims larger than 1 (size-1 dims may have any
+    stride, as Swin's pooler gives them)."""
+    pos = 2 if node.target is aten.as_strided_scatter.default else 1
     meta = node.args[0].meta["val"]
-    sizes = [ctx.expr(v) for v in node.args[1]]
-    strides = [ctx.expr(v) for v in node.args[2]]
-    given = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
-    base = ctx.expr(meta.storage_offset())
-    offset = Expr.const(0) if given is None else ctx.expr(given) - base
-    flat = ctx.reshape(x, [product(x.shape)])
+    sizes = [ctx.expr(v) for v in node.args[pos]]
+    strides = [ctx.expr(v) for v in node.args[pos + 1]]
+    given = node.args[pos + 2] if len(node.args) > pos + 2 else node.kwargs.get("storage_offset")
+    offset = (Expr.const(0) if given is None
+              else ctx.expr(given) - ctx.expr(meta.storage_offset()))
     count, row_major = Expr.const(1), True
     for d, st in zip(reversed(sizes), reversed(strides)):
         if d != Expr.const(1) and st != count:
             row_major = False
         count = count * d
+    return sizes, strides, offset, row_major
+
+
+@converter(aten.as_strided.default, aten.as_strided_copy.default, dtypes=ALL_DTYPES,
+           check=_as_strided_check)
+def as_strided(ctx, node):
+    """Element ``i`` of the result is element ``offset + sum(i_k * stride_k)`` of ``x``'s
+    row-major storage (``x`` is contiguous: the check). Sizes, strides and the offset may
+    be sizes known at run time. A window of contiguous elements is a slice and a reshape;
+    any other layout gathers by computed positions (clamped in range, as core's gather
+    is; torch rejects out-of-range layouts before)."""
+    x = ctx.value(node.args[0])
+    sizes, strides, offset, row_major = _strided_layout(ctx, node)
+    flat = ctx.reshape(x, [product(x.shape)])
     if row_major:
+        count = product(sizes)
         window = ctx.op("slice", flat, start=[offset], limit=[offset + count], stride=[1])
         return ctx.reshape(window, sizes)
     position = ctx.broadcast_to(ctx.size_value(offset, DType.I64), sizes)
@@ -118,6 +129,31 @@ def as_strided(ctx, node):
                       ctx.broadcast_to(ctx.size_value(st, DType.I64), sizes))
         position = ctx.op("add", position, step)
     return ctx.op("gather", flat, position, axis=0)
+
+
+@converter(aten.as_strided_scatter.default, dtypes=ALL_DTYPES, check=_as_strided_check)
+def as_strided_scatter(ctx, node):
+    """``input`` with ``src`` written over its ``as_strided`` view: how autograd writes the
+    gradient of an ``as_strided`` (over zeros of the storage's size, then viewed back), as
+    in Swin's pooler. A window of contiguous elements is ``src`` padded into place and a
+    select over the flat storage. Other layouts run in torch: where positions repeat, the
+    result depends on the order torch writes them in (autograd itself takes an
+    ``index_put`` with accumulation for those)."""
+    x = ctx.value(node.args[0])
+    src = ctx.cast(ctx.value(node.args[1]), x.dtype)
+    sizes, _, offset, row_major = _strided_layout(ctx, node)
+    if not row_major:
+        raise ConversionError("as_strided_scatter of a layout other than a window of "
+                              "contiguous elements")
+    count, total = product(sizes), product(x.shape)
+    if count == Expr.const(0):
+        return x
+    flat = ctx.reshape(x, [total])
+    placed = _place(ctx, ctx.reshape(src, [count]), ctx.scalar(0, x.dtype), 0, offset, 1,
+                    total)
+    where = _place(ctx, ctx.full(True, DType.BOOL, [count]), ctx.scalar(False, DType.BOOL),
+                   0, offset, 1, total)
+    return ctx.reshape(ctx.op("select", where, placed, flat), x.shape)
 
 
 @converter(aten.permute.default, dtypes=ALL_DTYPES)
