@@ -1,11 +1,12 @@
 """The native engine's call path with outputs allocated ahead of the call.
 
-After a call on some input dims, the runtime knows the output shapes for those dims and
-allocates the outputs itself before the next such call, handing them to the module through
-the module's ``disc_table_alloc`` instead of one Python callback per output (about 1.3 us
-each). These tests check that the shortcut returns fresh, correct arrays, keeps the
+The runtime knows a call's output shapes before it runs (the module computes them from the
+input dims, ``disc_output_dims``, and the runtime remembers them per dims) and allocates
+the outputs itself, handing them to the module through the module's ``disc_table_alloc``
+instead of one Python callback per output (about 1.3 us each). These tests check that the
+shortcut returns fresh, correct arrays, also on dims never seen before, keeps the
 ``allocate_output`` hook and the input checks working, and falls back to callbacks when a
-module asks for shapes the table does not hold.
+module asks for shapes the table does not hold or cannot compute them.
 """
 
 from __future__ import annotations
@@ -151,12 +152,12 @@ def _dims(arrays: list[np.ndarray]) -> list[int]:
     return [d for a in arrays for d in a.shape]
 
 
-def test_pointer_call_runs_on_addresses_once_the_dims_are_planned(compiler):
-    """A bridge's raw-address call (torch's hot path): no plan before a checked call on
-    the same dims, then the same results as ``run`` in the caller's buffers, empty inputs
-    and outputs included, and every call counted in the executable's stats. (Each test
-    here compiles a graph of its own: the module-scoped compiler shares a module between
-    equal graphs.)"""
+def test_pointer_call_runs_on_addresses_from_the_first_call_on_new_dims(compiler):
+    """A bridge's raw-address call (torch's hot path): a plan for dims never seen (the
+    module computes the output shapes), then the same results as the interpreter in the
+    caller's buffers, empty inputs and outputs included, and every call counted in the
+    executable's stats; no checked call is needed first. (Each test here compiles a graph
+    of its own: the module-scoped compiler shares a module between equal graphs.)"""
     graph = catalog.layernorm_backward(hidden=640)
     exe = compiler.compile(graph)
     call = exe.pointer_call
@@ -165,8 +166,6 @@ def test_pointer_call_runs_on_addresses_once_the_dims_are_planned(compiler):
     for n in (5, 0, 1):
         inputs = lnb_inputs(n, rng, 640)
         dims = _dims(inputs)
-        assert call.plan(tuple(dims)) is None  # unknown dims: the checked path learns them
-        check(exe.run(inputs), interpret(graph, inputs))
         plan = call.plan(tuple(dims))
         assert plan is not None and plan.shapes == [(n, 640), (640,), (640,)]
         for _ in range(2):
@@ -217,3 +216,94 @@ def test_pointer_call_gives_up_on_a_plan_the_module_does_not_follow(compiler):
                     _addresses(outs, call.nonnull))
     assert module._plans is None and call.plan(tuple(_dims(inputs))) is None
     check(exe.run(inputs), interpret(graph, inputs))
+
+
+SHAPE_CASES = [
+    # (graph, input shapes): output dims that are symbols, products, sums, quotients
+    # (floordiv / ceildiv, clamped where a divisor is 0 in an empty tensor), static dims
+    ("layernorm_backward", lambda: catalog.layernorm_backward(hidden=64),
+     [[(n, 64), (n, 64), (64,)] for n in (0, 1, 7, 300)]),
+    ("softmax", lambda: catalog.softmax(3), [[(a, b, c)] for a, b, c in
+                                              ((2, 3, 5), (1, 1, 1), (0, 4, 9), (3, 0, 2))]),
+]
+
+
+def _reshape_concat_graph():
+    from disc_core.builder import GraphBuilder
+
+    b = GraphBuilder("shapes")
+    s0, s1 = b.symbol("s0"), b.symbol("s1")
+    x = b.input("x", "f32", [s0, s1, 4])
+    y = b.input("y", "f32", [s1, 4])
+    flat = b.reshape_to(x, [s0 * s1, 4])
+    both = b.op("concatenate", flat, y, dimension=0)  # [s0*s1 + s1, 4]
+    halves = b.op("slice", both, start=[0, 0], limit=[both.shape[0], 4],
+                  stride=[2, 1])  # [ceildiv(s0*s1 + s1, 2), 4]
+    return b.build(both, halves, b.op("reduce", x, kind="sum", axes=[1]))
+
+
+@pytest.mark.parametrize("name", ["layernorm_backward", "softmax", "reshape_concat"])
+def test_the_module_computes_output_shapes_for_dims_it_never_saw(compiler, name):
+    """``plan_for`` asks the module (``disc_output_dims``) for the output shapes of dims it
+    has not run on: they equal the interpreter's at every size (0, 1, odd, large), and a
+    call on those dims runs on the planned path without having learnt them first."""
+    if name == "reshape_concat":
+        graph = _reshape_concat_graph()
+        shapes = [[(a, b, 4), (b, 4)] for a, b in ((2, 3), (1, 1), (0, 5), (7, 0), (5, 9))]
+    else:
+        _, make, shapes = next(c for c in SHAPE_CASES if c[0] == name)
+        graph = make()
+    exe = compiler.compile(graph)
+    module = exe._run_fn.module
+    assert module._output_dims is not None
+    rng = np.random.default_rng(7)
+    for shape_set in shapes:
+        inputs = [rng.standard_normal(s, dtype=np.float32) + 1 for s in shape_set]
+        want = interpret(graph, inputs)
+        dims = tuple(_dims(inputs))
+        assert dims not in module._plans
+        plan = module.plan_for(dims)
+        assert plan is not None and plan.shapes == [w.shape for w in want], shape_set
+        callbacks: list[int] = []
+        real = module._call
+        module._call = lambda *a, real=real, seen=callbacks: seen.append(1) or real(*a)
+        try:
+            check(exe.run(inputs), want)
+        finally:
+            module._call = real
+        assert module._plans is not None and not callbacks, "the call took the callback path"
+
+
+def test_dims_the_module_rejects_get_no_plan_and_the_call_says_why(compiler):
+    """Input dims that break the graph's constraints: no plan (nothing is allocated from
+    them) and the call raises the module's own words, as before."""
+    graph = catalog.layernorm_backward(hidden=320)
+    exe = compiler.compile(graph)
+    module = exe._run_fn.module
+    rng = np.random.default_rng(8)
+    bad = [rng.standard_normal((3, 320), dtype=np.float32),
+           rng.standard_normal((4, 320), dtype=np.float32),
+           rng.standard_normal(320, dtype=np.float32)]
+    assert module.plan_for(tuple(_dims(bad))) is None
+    with pytest.raises(InputError, match="dim 0 is 4"):
+        exe.run(bad)
+    short = [bad[0], bad[0], bad[2][:16]]  # a static dim (the hidden size) is wrong
+    assert module.plan_for(tuple(_dims(short))) is None
+    with pytest.raises(InputError, match="16"):
+        exe.run(short)
+    assert module._plans is not None  # rejected inputs do not end planning
+
+
+def test_a_module_without_the_shape_export_learns_shapes_by_a_call(compiler):
+    """A module built before ``disc_output_dims``: new dims take the callback path once
+    and are planned from then on, as before the export existed."""
+    graph = catalog.layernorm_backward(hidden=448)
+    exe = compiler.compile(graph)
+    module = exe._run_fn.module
+    module._output_dims = None
+    rng = np.random.default_rng(9)
+    inputs = lnb_inputs(3, rng, 448)
+    dims = tuple(_dims(inputs))
+    assert module.plan_for(dims) is None
+    check(exe.run(inputs), interpret(graph, inputs))
+    assert module.plan_for(dims).shapes == [(3, 448), (448,), (448,)]

@@ -109,10 +109,22 @@ def launch_support_header() -> str:
     return (Path(__file__).parent / "csrc" / "disc_launch_support.h").read_text()
 
 
+#: An optional module export (modules built by disc-core export it; older ones do not):
+#: ``disc_output_dims`` writes every output's rank and dims for the given input shapes
+#: (checked as ``disc_run`` checks them) without running anything, so a caller can allocate
+#: the outputs of a call on dims it has not seen yet and make that call through
+#: ``disc_table_alloc`` too: a dynamic-shape stream, whose dims are often new, then never
+#: pays a Python callback per output. Returns nonzero, with the reason in ``err``, for
+#: inputs ``disc_run`` would reject.
+OUTPUT_DIMS_ENTRY = """
+int64_t disc_output_dims(const int64_t *in_shapes, int64_t n_in, int64_t *out_dims,
+                         int64_t cap, char *err, int64_t errlen);
+"""
+
 # cffi rather than ctypes: a call plus its output callback costs a few microseconds,
 # which is the per-call overhead budget for small tensors.
 _ffi = cffi.FFI()
-_ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES)
+_ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES + OUTPUT_DIMS_ENTRY)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 _now = time.perf_counter
 
@@ -486,6 +498,40 @@ class NativeModule:
             self._table_alloc = None
         self._plans: dict[tuple[int, ...], _Plan] | None = (
             {} if self._table_alloc is not None else None)
+        try:
+            self._output_dims: Any = self.lib.disc_output_dims
+        except AttributeError:  # a module built before the export existed: learnt by a call
+            self._output_dims = None
+        #: entries disc_output_dims writes: each output's rank, then its dims
+        self._out_dims_len = sum(1 + s.rank for s in sig.outputs)
+
+    def plan_for(self, dims: tuple[int, ...]) -> _Plan | None:
+        """The output shapes of a call on these input dims (every input's dims, in order):
+        remembered from an earlier call, or asked of the module; None when the module
+        cannot say (built before ``disc_output_dims``, outputs whose shapes depend on
+        values, or inputs it rejects: the call itself then says why)."""
+        plans = self._plans
+        if plans is None:
+            return None
+        plan = plans.get(dims)
+        if plan is not None or self._output_dims is None:
+            return plan
+        n = self._out_dims_len
+        buf = _ffi.new("int64_t[]", max(n, 1))
+        err = _ffi.new("char[256]")
+        if self._output_dims(dims or _ffi.NULL, len(self.in_specs), buf, n, err, 256) != 0:
+            return None
+        flat = _ffi.unpack(buf, n)
+        shapes, at = [], 0
+        for _ in range(self.n_out):
+            rank = flat[at]
+            shapes.append(tuple(flat[at + 1:at + 1 + rank]))
+            at += 1 + rank
+        plan = _Plan(shapes, self.out_dtypes)
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[dims] = plan
+        return plan
 
     # profiling --------------------------------------------------------------------------
     def start_profiling(self) -> None:
@@ -564,7 +610,8 @@ class NativeModule:
         except ValueError:
             raise FastPathMiss from None
         plans = self._plans  # the planned call directly (one Python call less per call)
-        plan = plans.get(tuple(dims)) if plans is not None else None
+        plan = (plans.get(tuple(dims)) or self.plan_for(tuple(dims))) if plans is not None \
+            else None
         if plan is not None:
             outputs = self._call_planned(plan, ptrs, dims, allocate_output, None)
             if outputs is not None:
@@ -577,7 +624,7 @@ class NativeModule:
         plans = self._plans
         if plans is not None:
             key = tuple(dims)
-            plan = plans.get(key)
+            plan = self.plan_for(key)
             if plan is not None:
                 outputs = self._call_planned(plan, ptrs, dims, allocate_output, counters)
                 if outputs is not None:
@@ -752,9 +799,10 @@ class PointerCall:
     The caller owns what ``run`` checks for it: each input's dtype, rank and C-contiguity
     (per :attr:`in_specs`), and that every address stays valid for the call. The module
     itself checks every dim and size symbol, as always. Output shapes come from
-    :meth:`plan`, learnt by one ``run`` on the same input dims (None until then, and for
-    modules whose output shapes depend on input values): the caller allocates them and
-    passes their addresses. Size-0 inputs and outputs must get a non-null address
+    :meth:`plan`, which the module computes for dims it has not seen (``disc_output_dims``;
+    a module built before that export learns them by one ``run`` on the same input dims,
+    and a module whose output shapes depend on input values has none): the caller
+    allocates them and passes their addresses. Size-0 inputs and outputs must get a non-null address
     (:attr:`nonnull`), as ``run`` gives them."""
 
     __slots__ = ("_module", "_stats", "_stats_local", "in_specs", "nonnull", "out_dtypes")
@@ -774,9 +822,9 @@ class PointerCall:
 
     def plan(self, dims: tuple[int, ...]) -> _Plan | None:
         """The output shapes (``plan.shapes``) of a call on these input dims (every
-        input's dims, in order), or None: then call through ``run``, which learns them."""
-        plans = self._module._plans
-        return plans.get(dims) if plans is not None else None
+        input's dims, in order), or None: then call through ``run`` (see
+        :meth:`NativeModule.plan_for`)."""
+        return self._module.plan_for(dims)
 
     def __call__(self, plan: _Plan, in_addresses: list[int], dims: list[int],
                  out_addresses: list[int]) -> bool:

@@ -268,12 +268,18 @@ class ClusterModule(torch.nn.Module):
         if call is not None and self._dump_key is None:
             addresses: list[int] = []
             dims: list[int] = []
+            copies: list[torch.Tensor] = []  # contiguous copies, alive until the call ends
             nonnull = call.nonnull
             for i, dtype, rank in self._pointer_specs:
                 t = args[i]
-                if (t.dtype is not dtype or t.dim() != rank or not t.is_contiguous()
-                        or not t.is_cpu):
-                    return self._run_arrays(args)
+                if t.dtype is not dtype or t.dim() != rank or not t.is_cpu:
+                    return self._run_arrays(args)  # raises the runtime's error, or copes
+                if not t.is_contiguous():
+                    # a view (``tokens[:, :-1]``, the usual shift of a language model's
+                    # batch) is copied, as the numpy path would, and the call stays here:
+                    # that path's per-output callbacks cost a training step milliseconds
+                    t = t.contiguous()
+                    copies.append(t)
                 addresses.append(t.data_ptr() or nonnull)
                 dims += t.shape
             for _name, source in self._sources:  # a size symbol: a [value, 0] input

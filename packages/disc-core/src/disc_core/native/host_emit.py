@@ -217,48 +217,18 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     # outputs the runtime allocated ahead of the call (it knew their shapes): no callback
     w(TABLE_ALLOC_SOURCE)
     w(_ARENA_SOURCE)
+    n_syms = max(len(syms.index), 1)
+    L.extend(_emit_bind(graph, syms))
+    L.extend(_emit_output_dims(graph, syms, n_syms))
     w("int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in, "
       "const disc_env *env, char *err, int64_t errlen) {")
-    w(f"  int64_t S[{max(len(syms.index), 1)}] = {{0}};")
+    w(f"  int64_t S[{n_syms}] = {{0}};")
     w("  char *arena = NULL; (void)S;")
     sum_decls, sum_frees = sum_buffers(plan)
     L.extend(sum_decls)
     w("  const int prof = env->profile != NULL;")
     w("  int64_t prof_t = prof ? disc_now_ns() : 0;")
-    w(f"  if (n_in != {len(graph.inputs)}) DISC_FAIL(\"expected {len(graph.inputs)} inputs\");")
-    # bind symbols and check static dims / expressions
-    bound: set[str] = set()
-    off = 0
-    checks: list[str] = []
-    dims_checked: list[tuple[int, str, str]] = []  # (in_shapes index, expected, message)
-    for i, v in enumerate(graph.inputs):
-        for j, d in enumerate(v.shape):
-            where = f"input #{i} dim {j}"
-            if d.is_symbol and d.symbol_name not in bound:
-                w(f"  S[{syms.index[d.symbol_name]}] = in_shapes[{off}];")
-                bound.add(d.symbol_name)
-            else:
-                want = syms.c(d)
-                if d.divisions():  # legal only in an empty input, where it counts as 0
-                    others = [f"in_shapes[{off - j + o}] == 0" for o in range(v.rank) if o != j]
-                    for f in d.divisions():
-                        den = f.divisor
-                        checks.append(
-                            f"  if ({syms.c(den)} == 0 && !({' || '.join(others) or '0'})) "
-                            f"DISC_FAIL(\"{where} is %lld, but {d} divides by zero ({den} = 0) "
-                            f"and the input is not empty; expected {den} != 0\", "
-                            f"(long long)in_shapes[{off}]);")
-                    want = _clamped(d, syms)
-                dims_checked.append((off, want, f"{where} is %lld, expected "
-                                     f"{str(d).replace('%', '%%')} = %lld"))
-            off += 1
-    unbound = set(syms.index) - bound
-    if unbound:
-        raise NativeUnsupported(f"symbols {sorted(unbound)} are not bound by input dims")
-    L.extend(checks)
-    L.extend(_dim_checks(dims_checked))
-    L.extend(_division_checks(graph, syms))
-    L.extend(_fact_checks(graph, syms))
+    w("  if (disc_bind(in_shapes, n_in, S, err, errlen)) goto fail;")
     # storage names
     storage: dict[int, str] = {}
     for i, v in enumerate(graph.inputs):
@@ -383,6 +353,80 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     w("}")
     return "\n".join(L) + "\n"
 
+
+
+def _emit_bind(graph: Graph, syms: Symbols) -> list[str]:
+    """``disc_bind``: the symbols' values from the input shapes, and every check on them
+    (input count, static and expression dims, divisions by zero, shape facts). Shared by
+    ``disc_run`` and ``disc_output_dims``, so the sizes a caller allocates from are checked
+    exactly as a call checks them."""
+    L: list[str] = [
+        "static int disc_bind(const int64_t *in_shapes, int64_t n_in, int64_t *S, char *err, "
+        "int64_t errlen) {",
+        "  (void)S; (void)in_shapes;",
+        f"  if (n_in != {len(graph.inputs)}) DISC_FAIL(\"expected {len(graph.inputs)} inputs\");",
+    ]
+    bound: set[str] = set()
+    off = 0
+    checks: list[str] = []
+    dims_checked: list[tuple[int, str, str]] = []  # (in_shapes index, expected, message)
+    for i, v in enumerate(graph.inputs):
+        for j, d in enumerate(v.shape):
+            where = f"input #{i} dim {j}"
+            if d.is_symbol and d.symbol_name not in bound:
+                L.append(f"  S[{syms.index[d.symbol_name]}] = in_shapes[{off}];")
+                bound.add(d.symbol_name)
+            else:
+                want = syms.c(d)
+                if d.divisions():  # legal only in an empty input, where it counts as 0
+                    others = [f"in_shapes[{off - j + o}] == 0" for o in range(v.rank) if o != j]
+                    for f in d.divisions():
+                        den = f.divisor
+                        checks.append(
+                            f"  if ({syms.c(den)} == 0 && !({' || '.join(others) or '0'})) "
+                            f"DISC_FAIL(\"{where} is %lld, but {d} divides by zero ({den} = 0) "
+                            f"and the input is not empty; expected {den} != 0\", "
+                            f"(long long)in_shapes[{off}]);")
+                    want = _clamped(d, syms)
+                dims_checked.append((off, want, f"{where} is %lld, expected "
+                                     f"{str(d).replace('%', '%%')} = %lld"))
+            off += 1
+    unbound = set(syms.index) - bound
+    if unbound:
+        raise NativeUnsupported(f"symbols {sorted(unbound)} are not bound by input dims")
+    L.extend(checks)
+    L.extend(_dim_checks(dims_checked))
+    L.extend(_division_checks(graph, syms))
+    L.extend(_fact_checks(graph, syms))
+    L += ["  return 0;", "fail:", "  return 1;", "}"]
+    return L
+
+
+def _emit_output_dims(graph: Graph, syms: Symbols, n_syms: int) -> list[str]:
+    """``disc_output_dims``: every output's rank, then its dims, for these input shapes,
+    without running anything: what a caller needs to allocate the outputs before a call
+    on dims it has not seen (every output's shape is an expression of the input dims;
+    ``disc_run`` allocates them from the same expressions). Fails as ``disc_run`` would on
+    inputs it rejects."""
+    total = sum(1 + v.rank for v in graph.outputs)
+    L = [
+        "int64_t disc_output_dims(const int64_t *in_shapes, int64_t n_in, int64_t *out_dims, "
+        "int64_t cap, char *err, int64_t errlen) {",
+        f"  int64_t S[{n_syms}] = {{0}};",
+        "  if (disc_bind(in_shapes, n_in, S, err, errlen)) return 1;",
+        f"  if (cap < {total}) {{ snprintf(err, (size_t)errlen, \"room for %lld output dims, "
+        f"expected {total}\", (long long)cap); return 1; }}",
+        "  (void)out_dims;",
+    ]
+    k = 0
+    for v in graph.outputs:
+        L.append(f"  out_dims[{k}] = {v.rank};")
+        k += 1
+        for d in v.shape:
+            L.append(f"  out_dims[{k}] = {_clamped(d, syms)};")
+            k += 1
+    L += ["  return 0;", "}"]
+    return L
 
 def _shape_text(shape: tuple) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
