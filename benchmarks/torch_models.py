@@ -21,6 +21,12 @@ new processes the time counts from making the contender (``optimize`` loads the 
 there), imports excluded. Every
 contender runs with the same thread count. Training steps are forward + backward + SGD.
 
+After the steady state, ``unseen_shapes`` times a stream whose every step has a shape no
+contender saw before (the timed shapes' sequences 1 and 2 tokens shorter, images 1 and 2
+pixels smaller): one call per shape and contender, interleaved, as a job whose shapes
+change every step runs. A dynamic-shape compiler should cost nothing extra there; its
+DISC compiles and the graphs dynamo traced meanwhile (every contender's) are recorded.
+
 The headline ratios hold the GEMM library fixed: DISC's GEMMs run torch's own MKL, as
 eager's do (``DISC_BLAS_TUNE=0`` keeps the runtime on the library the bridge prefers), so
 they measure what the compiler earns. The runtime's own choice of BLAS (it measures torch's
@@ -178,6 +184,33 @@ def gpt2_stream(quick: bool):
 MODELS = {"gpt": gpt_stream, "cnn": cnn_stream, "llama": llama_stream, "gpt2": gpt2_stream}
 
 
+def unseen(model_name: str, batches: list[tuple[Any, Any]], cut: int) -> list[tuple[Any, Any]]:
+    """The stream's batches cut by ``cut`` (1 or 2) along their dynamic dims: sequences
+    ``cut`` tokens shorter, images ``cut`` pixels smaller, so no shape was seen before
+    (the lengths step by 11, the image sizes by 2 from an even start)."""
+    if model_name == "cnn":
+        return [(x[..., :-cut, :-cut], y) for x, y in batches]
+    return [(x[:, :-cut], y[:, :-cut]) for x, y in batches]
+
+
+def unseen_shape_steps(steps: dict[str, Callable[[Any, Any], Any]],
+                       streams: list[list[tuple[Any, Any]]]) -> dict[str, list[float]]:
+    """Seconds of each contender's first call on each shape of ``streams`` (shapes none of
+    them saw before): the steps of a job whose shapes change every step, which is what
+    DISC is for. One call per shape and contender, interleaved, the order rotating."""
+    names = list(steps)
+    per: dict[str, list[float]] = {n: [] for n in names}
+    i = 0
+    for stream in streams:
+        for x, y in stream:
+            for n in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                steps[n](x, y)
+                per[n].append(time.perf_counter() - t0)
+            i += 1
+    return per
+
+
 def make_step(model: nn.Module, fn: Callable[..., torch.Tensor], mode: str):
     if mode == "inference":
         model.eval()
@@ -314,8 +347,19 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
     medians = harness.steady({**{n: steps[n] for n in names}, "library_only": library_only},
                              timed, ARGS.rounds, lambda r: r, ARGS.repeat)
 
+    # then shapes none of them saw: the same steps, each call the first on its shape
+    # (the timed shapes only: Inductor may recompile for some, at seconds each)
+    fresh_before, graphs_before = disc_torch.compile_count(), dynamo_graphs()
+    first_calls = unseen_shape_steps({n: steps[n] for n in names},
+                                     [unseen(model_name, timed, cut) for cut in (1, 2)])
+    fresh_compiles = disc_torch.compile_count() - fresh_before
+    fresh_graphs = dynamo_graphs() - graphs_before
+
     def ratio(peer: str) -> float:
         return harness.median_ratio(medians, peer, "disc")
+
+    def unseen_ratio(peer: str) -> float:
+        return harness.median_ratio(first_calls, peer, "disc")
 
     return {
         "model": model_name, "mode": mode, "shapes": shapes, "threads": THREADS,
@@ -329,6 +373,15 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
             harness.median_ratio(medians, "eager", "library_only"), 3),
         "total_speedup_vs_inductor": (round(firsts["inductor"] / firsts["disc"], 3)
                                       if inductor else None),
+        # every step on a shape never seen before (unseen_shape_steps), after the above
+        "unseen_shapes": {
+            "steps": len(first_calls["disc"]),
+            "speedup_vs_eager": round(unseen_ratio("eager"), 3),
+            "speedup_vs_inductor": round(unseen_ratio("inductor"), 3) if inductor else None,
+            "median_ms": {n: round(1e3 * statistics.median(v), 3)
+                          for n, v in first_calls.items()},
+            "disc_compiles": fresh_compiles,
+            "dynamo_graphs_all_contenders": fresh_graphs},
         "first_pass_s": {n: round(v, 3) for n, v in firsts.items()},
         "disc_warm_cache_first_pass_s": round(warm_first, 3),
         "first_pass_fresh_process_s": fresh,
@@ -437,6 +490,12 @@ def main() -> int:
                      f"({r['worst_grad_parameter']}; rounding-level: "
                      f"{sorted(r['grad_rounding_level'])})" if mode == "training" else ""),
                   flush=True)
+            u = r["unseen_shapes"]
+            print(f"     every step a shape never seen ({u['steps']} steps): eager "
+                  f"x{u['speedup_vs_eager']:.2f}  inductor "
+                  f"x{u['speedup_vs_inductor'] or float('nan'):.2f}  median ms "
+                  f"{u['median_ms']}  DISC compiles {u['disc_compiles']}, graphs traced "
+                  f"{u['dynamo_graphs_all_contenders']} (all contenders)", flush=True)
             print("     " + "; ".join(targets(r)), flush=True)
     own = own_blas_column()
     for r in rows:
