@@ -70,12 +70,19 @@ def _division_checks(graph: Graph, syms: Symbols) -> list[str]:
             for j, d in enumerate(shape):
                 for f in d.divisions():
                     den = f.divisor
-                    out.append(
-                        f"  if ({syms.c(den)} == 0 && !({empty})) DISC_FAIL(\"op #{n} "
-                        f"({op.name}): dim {j} of the result [{text}] is {d}, which divides by "
-                        f"zero ({den} = 0) while no other dim is 0; expected {den} != 0 (a "
-                        f"division by zero is only allowed in an empty tensor)\");")
+                    out.append(_zero_divisor_check(
+                        syms, den, empty,
+                        f"op #{n} ({op.name}): dim {j} of the result [{text}] is {d}, which "
+                        f"divides by zero ({den} = 0) while no other dim is 0; expected "
+                        f"{den} != 0 (a division by zero is only allowed in an empty tensor)"))
     return out
+
+
+def _zero_divisor_check(syms: Symbols, den: Expr, empty: str, message: str,
+                        args: str = "") -> str:
+    """C: fail with ``message`` (a format, ``args`` its arguments) when divisor ``den`` is 0
+    and the C condition ``empty`` (the tensor has no elements) does not hold."""
+    return f"  if ({syms.c(den)} == 0 && !({empty})) DISC_FAIL(\"{message}\"{args});"
 
 
 def _c_text(x: object) -> str:
@@ -382,11 +389,11 @@ def _emit_bind(graph: Graph, syms: Symbols) -> list[str]:
                     others = [f"in_shapes[{off - j + o}] == 0" for o in range(v.rank) if o != j]
                     for f in d.divisions():
                         den = f.divisor
-                        checks.append(
-                            f"  if ({syms.c(den)} == 0 && !({' || '.join(others) or '0'})) "
-                            f"DISC_FAIL(\"{where} is %lld, but {d} divides by zero ({den} = 0) "
-                            f"and the input is not empty; expected {den} != 0\", "
-                            f"(long long)in_shapes[{off}]);")
+                        checks.append(_zero_divisor_check(
+                            syms, den, " || ".join(others) or "0",
+                            f"{where} is %lld, but {d} divides by zero ({den} = 0) and the "
+                            f"input is not empty; expected {den} != 0",
+                            f", (long long)in_shapes[{off}]"))
                     want = _clamped(d, syms)
                 dims_checked.append((off, want, f"{where} is %lld, expected "
                                      f"{str(d).replace('%', '%%')} = %lld"))
