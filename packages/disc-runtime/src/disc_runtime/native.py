@@ -802,8 +802,8 @@ class PointerCall:
     :meth:`plan`, which the module computes for dims it has not seen (``disc_output_dims``;
     a module built before that export learns them by one ``run`` on the same input dims,
     and a module whose output shapes depend on input values has none): the caller
-    allocates them and passes their addresses. Size-0 inputs and outputs must get a non-null address
-    (:attr:`nonnull`), as ``run`` gives them."""
+    allocates them and passes their addresses. Size-0 inputs and outputs must get a
+    non-null address (:attr:`nonnull`), as ``run`` gives them."""
 
     __slots__ = ("_module", "_stats", "_stats_local", "in_specs", "nonnull", "out_dtypes")
 
