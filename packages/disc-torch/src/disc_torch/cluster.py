@@ -260,9 +260,11 @@ class ClusterModule(torch.nn.Module):
 
         The usual call hands the tensors' addresses straight to the module
         (:class:`~disc_runtime.native.PointerCall`), after the checks the runtime's numpy
-        path would make: dtype, rank, contiguity, CPU memory. Anything else takes that path
-        (:meth:`_run_arrays`): the first call on new dims (which learns the output
-        shapes), a non-contiguous input (copied), outputs whose shapes depend on values.
+        path would make: dtype, rank, CPU memory (a non-contiguous input is copied), with
+        the outputs allocated in the shapes the module plans for these dims, new dims
+        included. Anything else takes that path (:meth:`_run_arrays`): an input of another
+        dtype, rank or device (the runtime's error), a module without plans (built before
+        ``disc_output_dims``, or outputs whose shapes depend on values), a reproducer dump.
         One function, not one per step: this path is kept to few Python frames."""
         call = self._pointer
         if call is not None and self._dump_key is None:
