@@ -218,16 +218,6 @@ def test_pointer_call_gives_up_on_a_plan_the_module_does_not_follow(compiler):
     check(exe.run(inputs), interpret(graph, inputs))
 
 
-SHAPE_CASES = [
-    # (graph, input shapes): output dims that are symbols, products, sums, quotients
-    # (floordiv / ceildiv, clamped where a divisor is 0 in an empty tensor), static dims
-    ("layernorm_backward", lambda: catalog.layernorm_backward(hidden=64),
-     [[(n, 64), (n, 64), (64,)] for n in (0, 1, 7, 300)]),
-    ("softmax", lambda: catalog.softmax(3), [[(a, b, c)] for a, b, c in
-                                              ((2, 3, 5), (1, 1, 1), (0, 4, 9), (3, 0, 2))]),
-]
-
-
 def _reshape_concat_graph():
     from disc_core.builder import GraphBuilder
 
@@ -242,17 +232,26 @@ def _reshape_concat_graph():
     return b.build(both, halves, b.op("reduce", x, kind="sum", axes=[1]))
 
 
-@pytest.mark.parametrize("name", ["layernorm_backward", "softmax", "reshape_concat"])
+#: name -> (graph, input shapes per call): output dims that are symbols, static dims,
+#: products, sums and a ceildiv, at sizes 0, 1, odd and large
+SHAPE_CASES = {
+    "layernorm_backward": (lambda: catalog.layernorm_backward(hidden=64),
+                           [[(n, 64), (n, 64), (64,)] for n in (0, 1, 7, 300)]),
+    "softmax": (lambda: catalog.softmax(3),
+                [[s] for s in ((2, 3, 5), (1, 1, 1), (0, 4, 9), (3, 0, 2))]),
+    "reshape_concat": (_reshape_concat_graph,
+                       [[(a, b, 4), (b, 4)] for a, b in ((2, 3), (1, 1), (0, 5), (7, 0),
+                                                         (5, 9))]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_CASES))
 def test_the_module_computes_output_shapes_for_dims_it_never_saw(compiler, name):
     """``plan_for`` asks the module (``disc_output_dims``) for the output shapes of dims it
     has not run on: they equal the interpreter's at every size (0, 1, odd, large), and a
     call on those dims runs on the planned path without having learnt them first."""
-    if name == "reshape_concat":
-        graph = _reshape_concat_graph()
-        shapes = [[(a, b, 4), (b, 4)] for a, b in ((2, 3), (1, 1), (0, 5), (7, 0), (5, 9))]
-    else:
-        _, make, shapes = next(c for c in SHAPE_CASES if c[0] == name)
-        graph = make()
+    make, shapes = SHAPE_CASES[name]
+    graph = make()
     exe = compiler.compile(graph)
     module = exe._run_fn.module
     assert module._output_dims is not None

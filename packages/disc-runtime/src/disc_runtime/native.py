@@ -610,8 +610,8 @@ class NativeModule:
         except ValueError:
             raise FastPathMiss from None
         plans = self._plans  # the planned call directly (one Python call less per call)
-        plan = (plans.get(tuple(dims)) or self.plan_for(tuple(dims))) if plans is not None \
-            else None
+        key = tuple(dims)
+        plan = (plans.get(key) or self.plan_for(key)) if plans is not None else None
         if plan is not None:
             outputs = self._call_planned(plan, ptrs, dims, allocate_output, None)
             if outputs is not None:
