@@ -10,7 +10,10 @@ the code object: two contenders sharing one would look up each other's entries):
 * inductor: `torch.compile(fn, dynamic=True)`;
 * disc: `torch.compile(fn, backend="disc", dynamic=True)`;
 * disc_optimize: `disc_torch.optimize(fn)` (adds its identity pins and traced-graph
-  cache around dynamo).
+  cache around dynamo);
+* disc_aot: `disc_torch.aot_compile(module, example)`: torch.export once, DISC once, and
+  calls without dynamo or aot_autograd (the serving path; a function is wrapped in a
+  module, as torch.export takes modules).
 
 Cases, under `torch.no_grad()`, warmed on several sizes first (so that the dynamic graph
 serves the timed size), then timed in interleaved rounds of back-to-back calls:
@@ -41,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import allocator  # noqa: E402  (benchmarks/, the script's own directory)
 import provenance  # noqa: E402  (benchmarks/, the script's own directory)
 
-CONTENDERS = ("eager", "inductor", "disc", "disc_optimize")
+CONTENDERS = ("eager", "inductor", "disc", "disc_optimize", "disc_aot")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -111,6 +114,17 @@ def _module(base: torch.nn.Module, name: str) -> torch.nn.Module:
     return module
 
 
+class _FunctionModule(torch.nn.Module):
+    """A plain function as the module torch.export takes."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 def make(case: str, name: str, base: Any) -> Callable[..., Any]:
     fn = (_own_code(base, f"{case}_{name}") if isinstance(base, types.FunctionType)
           else _module(base, f"{case}_{name}"))
@@ -120,6 +134,9 @@ def make(case: str, name: str, base: Any) -> Callable[..., Any]:
         return torch.compile(fn, dynamic=True)
     import disc_torch
 
+    if name == "disc_aot":
+        module = fn if isinstance(fn, torch.nn.Module) else _FunctionModule(fn)
+        return disc_torch.aot_compile(module, tuple(case_inputs(case, WARM_SIZES[0])))
     if name == "disc":
         return torch.compile(fn, backend="disc", dynamic=True)
     return disc_torch.optimize(fn)
@@ -156,6 +173,7 @@ def run_case(case: str, base: Any, names: list[str]) -> dict[str, Any]:
         "added_over_eager_us": {n: us[n] - us["eager"] for n in names if n != "eager"},
         "disc_vs_inductor": us["inductor"] / us["disc"],
         "disc_optimize_vs_inductor": us["inductor"] / us["disc_optimize"],
+        "disc_aot_vs_inductor": us["inductor"] / us["disc_aot"],
         "max_abs_error_vs_eager": errors,
         "disc_compiles": disc_torch.compile_count() - compiles_before,
     }
@@ -182,10 +200,11 @@ def main() -> int:
           + " of the CPUs during the run"
           + (": figures are indicative" if busy is None or busy > 10 else ""))
     print(f"{'case':20}" + "".join(f"{n:>15}" for n in names)
-          + "   inductor/disc  inductor/disc_optimize  (us per call, median)")
+          + "   inductor/disc  inductor/disc_optimize  inductor/disc_aot  (us per call, median)")
     for r in rows:
         print(f"{r['case']:20}" + "".join(f"{r['per_call_us'][n]:13.1f}us" for n in names)
-              + f"   {r['disc_vs_inductor']:12.2f}x  {r['disc_optimize_vs_inductor']:21.2f}x")
+              + f"   {r['disc_vs_inductor']:12.2f}x  {r['disc_optimize_vs_inductor']:21.2f}x"
+              + f"  {r['disc_aot_vs_inductor']:15.2f}x")
     print("added over eager (us): " + "; ".join(
         f"{r['case']}: " + ", ".join(f"{n} {v:.1f}" for n, v in r["added_over_eager_us"].items())
         for r in rows))

@@ -27,9 +27,12 @@ FRAMEWORK_VERSION = check_framework_version()
 __all__ = [
     "FRAMEWORK_VERSION",
     "SUPPORTED",
+    "AotCompiled",
+    "AotInputError",
     "DiscConfig",
     "UnsupportedFrameworkError",
     "__version__",
+    "aot_compile",
     "check_framework_version",
     "compile_count",
     "disc_backend",
@@ -37,7 +40,8 @@ __all__ = [
     "report",
 ]
 
-_LAZY = {"DiscConfig": "config", "disc_backend": "backend", "optimize": "backend"}
+_LAZY = {"DiscConfig": "config", "disc_backend": "backend", "optimize": "backend",
+         "aot_compile": "aot", "AotCompiled": "aot", "AotInputError": "aot"}
 
 
 def __getattr__(name: str) -> Any:

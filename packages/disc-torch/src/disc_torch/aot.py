@@ -1,0 +1,257 @@
+"""Ahead-of-time compilation for serving: ``torch.export`` once, DISC-compile the exported
+program once, and call it without dynamo.
+
+Why a second way in: through ``torch.compile`` every call of a compiled function passes
+dynamo's frame evaluation and guards and aot_autograd's runtime wrappers before any
+backend runs. On a tiny graph that costs about 23 us (dynamo) + 4 us (aot_autograd) on a
+2-core Xeon, for Inductor as for DISC, several times the eager call it replaces; a
+small-batch server pays it on every request. ``torch.export`` captures the model once with
+symbolic sizes (every dim of every input dynamic unless the model fixes it), so one
+program, and one DISC compile, serves every shape of the same ranks; what runs per call
+here is the input check below and DISC's partitioned graph.
+
+The contract is inference (AOTInductor's): outputs carry no autograd history, so an input
+that requires grad while grad mode is on is refused rather than given silently missing
+gradients. Parameters and buffers are the model's own tensors, read in place: in-place
+updates (``load_state_dict``, an optimizer step elsewhere) are seen, and buffers the
+program mutates are written back. A failure inside DISC never breaks the caller: a
+program DISC cannot partition runs eagerly (warned once, in the report), and a cluster
+failing at run time falls back as under ``torch.compile``. Bad input (another count,
+dtype, rank, device, or a size the program fixed) raises :class:`AotInputError` naming
+what the program expects.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
+from torch.export.graph_signature import InputKind, OutputKind
+
+from .cluster import Clock
+from .compilers import get_compiler
+from .config import DiscConfig
+from .decompositions import decomposition_table
+from .fallback import warn_once
+from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
+from .trace_scope import tracing_config
+
+__all__ = ["AotCompiled", "AotInputError", "aot_compile"]
+
+
+class AotInputError(ValueError):
+    """A call's inputs do not match what the compiled program takes."""
+
+
+@dataclass(frozen=True)
+class _InputSpec:
+    """What one user input must be: its name in the program, dtype, and per dim either the
+    size the program fixed or the symbol it binds (inputs sharing a symbol must agree), with
+    that symbol's range."""
+
+    name: str
+    dtype: torch.dtype
+    #: per dim: an int (fixed), or (symbol, lowest, highest) with highest None if unbounded
+    dims: tuple[int | tuple[str, int, int | None], ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def describe(self) -> str:
+        dims = [str(d) if isinstance(d, int) else d[0] for d in self.dims]
+        return f"a {self.dtype} CPU tensor of shape [{', '.join(dims)}]"
+
+
+def _all_dims_auto(model: torch.nn.Module, args: tuple[Any, ...],
+                   kwargs: Mapping[str, Any]) -> Any:
+    """``dynamic_shapes`` that let every dim of every tensor input vary (``Dim.AUTO``:
+    export keeps a dim symbolic unless the model ties it to a constant), in the form export
+    matches against the forward's bound arguments."""
+
+    def spec(value: Any) -> Any:
+        return pytree.tree_map(
+            lambda t: {d: Dim.AUTO for d in range(t.dim())} if isinstance(t, torch.Tensor)
+            else None, value)
+
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    bound = inspect.signature(forward).bind(*args, **kwargs)
+    return {name: spec(value) for name, value in bound.arguments.items()}
+
+
+def _input_spec(name: str, node: torch.fx.Node, ranges: Mapping[Any, Any]) -> _InputSpec:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise TypeError(f"input {name!r} is a {type(val).__name__}: aot_compile takes "
+                        "tensor inputs only (a Python number is part of the program: "
+                        "bind it before compiling)")
+    dims: list[int | tuple[str, int, int | None]] = []
+    for size in val.shape:
+        expr = size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
+        if expr.is_number:
+            dims.append(int(expr))
+        elif isinstance(expr, sympy.Symbol):
+            vr = ranges.get(expr)
+            # bounds are sympy Integers, or torch's int_oo (is_Integer False) if unbounded
+            lower = int(vr.lower) if vr is not None and vr.lower.is_Integer else 0
+            upper = int(vr.upper) if vr is not None and vr.upper.is_Integer else None
+            dims.append((str(expr), lower, upper))
+        else:  # a size derived from others (2 * s0): the compiled module checks it
+            dims.append((str(expr), 0, None))
+    return _InputSpec(name, val.dtype, tuple(dims))
+
+
+class AotCompiled:
+    """A model compiled ahead of time by :func:`aot_compile`; call it as the model."""
+
+    def __init__(self, model: torch.nn.Module, program: torch.export.ExportedProgram,
+                 graph: PartitionedGraph) -> None:
+        self._program = program
+        self._graph = graph
+        signature = program.graph_signature
+        # the graph's inputs are the signature's, in order (partitioning kept them)
+        placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+        #: the program's leading inputs: parameters, buffers and constants, in order
+        self._lifted: list[torch.Tensor] = []
+        self._inputs: list[_InputSpec] = []
+        for spec, node in zip(signature.input_specs, placeholders, strict=True):
+            if spec.kind == InputKind.USER_INPUT:
+                self._inputs.append(_input_spec(spec.arg.name, node, program.range_constraints))
+            elif spec.kind == InputKind.PARAMETER:
+                self._lifted.append(model.get_parameter(spec.target).detach())
+            elif spec.kind == InputKind.BUFFER:
+                self._lifted.append(model.get_buffer(spec.target).detach())
+            elif spec.kind == InputKind.CONSTANT_TENSOR:
+                self._lifted.append(program.constants[spec.target])
+            else:
+                raise TypeError(f"the exported program takes a {spec.kind.name} input "
+                                f"({spec.arg.name}), which aot_compile does not run")
+        user_index = {s.name: i for i, s in enumerate(self._inputs)}
+        #: per program output: None (a user output) or (tensor or input index, 'copy')
+        self._writes: list[tuple[int, Any] | None] = []
+        for spec in signature.output_specs:
+            if spec.kind == OutputKind.USER_OUTPUT:
+                self._writes.append(None)
+            elif spec.kind == OutputKind.BUFFER_MUTATION:
+                self._writes.append((0, model.get_buffer(spec.target).detach()))
+            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+                self._writes.append((1, user_index[spec.target]))
+            else:
+                raise TypeError(f"the exported program has a {spec.kind.name} output, "
+                                "which aot_compile does not run (inference only)")
+        self._mutates = any(w is not None for w in self._writes)
+        self._in_spec = program.call_spec.in_spec
+        self._out_spec = program.call_spec.out_spec
+        n = len(self._inputs)
+        #: the program takes its inputs positionally, as a flat tuple of tensors
+        self._positional = self._in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
+        self._single_out = self._out_spec == pytree.tree_flatten(0)[1]
+        self._specs = [(s.dtype, s.rank, tuple((d, v) for d, v in enumerate(s.dims)
+                                               if isinstance(v, int)))
+                       for s in self._inputs]
+        #: (input, dim, symbol, lowest, highest) of every symbolic input dim
+        self._symbols = [(i, d, *v) for i, s in enumerate(self._inputs)
+                         for d, v in enumerate(s.dims) if not isinstance(v, int)]
+
+    def _flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        if not kwargs and self._positional:
+            if len(args) != len(self._inputs):
+                raise AotInputError(f"{len(args)} inputs given, the compiled program takes "
+                                    f"{len(self._inputs)}: "
+                                    f"{', '.join(s.name for s in self._inputs)}")
+            return list(args)
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            raise AotInputError(f"the inputs are structured as {spec}, the compiled program "
+                                f"takes {self._in_spec}")
+        return leaves
+
+    def _check(self, leaves: list[Any]) -> None:
+        grad = torch.is_grad_enabled()
+        for i, (t, (dtype, rank, fixed)) in enumerate(zip(leaves, self._specs)):
+            if (not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.dim() != rank
+                    or not t.is_cpu or (grad and t.requires_grad)):
+                self._refuse(i, t, grad)
+            for d, size in fixed:
+                if t.shape[d] != size:
+                    self._refuse(i, t, grad)
+        bound: dict[str, tuple[int, int]] = {}
+        for i, d, symbol, lower, upper in self._symbols:
+            size = leaves[i].shape[d]
+            first = bound.setdefault(symbol, (size, i))
+            if first[0] != size:
+                raise AotInputError(
+                    f"input {i} ({self._inputs[i].name!r}) has size {size} in dim {d} where "
+                    f"input {first[1]} ({self._inputs[first[1]].name!r}) has {first[0]}: the "
+                    f"compiled program ties both to {symbol}")
+            if size < lower or (upper is not None and size > upper):
+                raise AotInputError(
+                    f"input {i} ({self._inputs[i].name!r}) has size {size} in dim {d}, "
+                    f"outside the range of {symbol} the program was exported for: "
+                    f"[{lower}, {'inf' if upper is None else upper}]")
+
+    def _refuse(self, i: int, t: Any, grad: bool) -> NoReturn:
+        spec = self._inputs[i]
+        if isinstance(t, torch.Tensor):
+            got = f"a {t.dtype} {t.device.type.upper()} tensor of shape {list(t.shape)}"
+            if grad and t.requires_grad and t.is_cpu and t.dtype is spec.dtype:
+                raise AotInputError(
+                    f"input {i} ({spec.name!r}) requires grad: an aot_compile'd model runs "
+                    "inference only (its outputs carry no autograd history); call it under "
+                    "torch.no_grad() or pass a detached tensor")
+        else:
+            got = f"a {type(t).__name__}"
+        raise AotInputError(f"input {i} ({spec.name!r}) must be {spec.describe()}, got {got}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves = self._flatten(args, kwargs)
+        self._check(leaves)
+        outs = self._graph([*self._lifted, *leaves])
+        if self._mutates:
+            user = []
+            for out, write in zip(outs, self._writes):
+                if write is None:
+                    user.append(out)
+                elif write[0] == 0:
+                    write[1].copy_(out)
+                else:
+                    leaves[write[1]].copy_(out)
+            outs = user
+        if self._single_out:
+            return outs[0]
+        return pytree.tree_unflatten(list(outs), self._out_spec)
+
+
+def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
+                kwargs: Mapping[str, Any] | None = None, *, dynamic_shapes: Any = None,
+                **options: Any) -> AotCompiled:
+    """Export ``model`` with ``args`` (and ``kwargs``) as example inputs and compile the
+    program with DISC, for inference calls without dynamo.
+
+    ``dynamic_shapes``: ``torch.export``'s argument; by default every dim of every tensor
+    input is dynamic unless the model fixes it, so one compile serves all shapes of these
+    ranks (sizes 0 and 1 included). Other keyword arguments are :class:`DiscConfig`
+    fields. Raises what ``torch.export`` raises when the model cannot be exported (data-
+    dependent control flow, say): there is no program to run then."""
+    config = DiscConfig.resolve(options)
+    kwargs = dict(kwargs or {})
+    if dynamic_shapes is None:
+        dynamic_shapes = _all_dims_auto(model, args, kwargs)
+    with tracing_config(config.specialize_floats):
+        program = torch.export.export(model, tuple(args), kwargs,
+                                      dynamic_shapes=dynamic_shapes)
+        program = program.run_decompositions(decomposition_table(config.eager_random))
+    gm = program.graph_module
+    try:
+        graph = partition_and_compile(gm, config, get_compiler(config.target), "aot")
+    except Exception as exc:  # DISC must never break the user's program: run it eagerly
+        detail = f"partitioning the graph failed ({type(exc).__name__}: {exc})"
+        warn_once(f"DISC: an aot_compile'd program runs eagerly: {detail}")
+        graph = PartitionedGraph(gm, [], record_failed_graph(gm, "aot", detail), Clock())
+    return AotCompiled(model, program, graph)

@@ -1,0 +1,170 @@
+"""disc_torch.aot_compile: torch.export once, DISC once, calls without dynamo.
+
+Every model is checked against its own eager result on shapes the export never saw (sizes
+0, 1, odd and large among them), with one DISC compile for all of them; bad inputs get
+errors that name what the program takes, and never disable a cluster."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from helpers import assert_same, built_artifacts, fallbacks
+
+import disc_torch
+from disc_torch import AotInputError, aot_compile
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block, causal attention in plain ops (GEMMs, softmax, GELU)."""
+
+    def __init__(self, d: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        att = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Residual(nn.Module):
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.ln = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.ln(x * y + x) * 2 + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_compile_serves_every_size_and_matches_eager(dtype):
+    model = Block().to(dtype).eval()
+    compiled = aot_compile(model, (torch.randn(2, 9, 32, dtype=dtype),))
+    compiles = disc_torch.compile_count()
+    assert compiles == built_artifacts() >= 1
+    with torch.no_grad():
+        for b, t in [(2, 9), (1, 1), (3, 17), (1, 0), (0, 5), (2, 130)]:
+            x = torch.randn(b, t, 32, dtype=dtype)
+            assert_same(compiled(x), model(x))
+    assert disc_torch.compile_count() == compiles  # no compile per shape
+    assert fallbacks() == []  # the whole block ran in DISC's clusters
+    graph = disc_torch.report().graphs[-1]
+    assert graph.name.startswith("aot_") and all(c.engine == "native" for c in graph.clusters)
+
+
+def test_broadcast_inputs_keyword_arguments_and_structured_outputs():
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x, *, bias):
+            h = self.lin(x) + bias  # bias [8] broadcasts over [B, T, 8]
+            return {"sum": h.sum(-1), "pair": (h.relu(), torch.tanh(h))}
+
+    model = Heads().eval()
+    compiled = aot_compile(model, (torch.randn(2, 3, 8),), {"bias": torch.randn(8)})
+    with torch.no_grad():
+        for shape in [(2, 3, 8), (5, 1, 8), (1, 7, 8), (0, 4, 8)]:
+            x, bias = torch.randn(shape), torch.randn(8)
+            got, want = compiled(x, bias=bias), model(x, bias=bias)
+            assert set(got) == {"sum", "pair"}
+            assert_same(got["sum"], want["sum"])
+            assert_same(got["pair"], want["pair"])
+
+
+def test_buffers_the_program_mutates_are_written_back_as_eager_does():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    model.train()
+    reference = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+    reference.load_state_dict(model.state_dict())
+    reference.train()
+    compiled = aot_compile(model, (torch.randn(2, 3, 10, 10),))
+    with torch.no_grad():
+        for shape in [(2, 3, 10, 10), (3, 3, 7, 9), (1, 3, 12, 5)]:
+            x = torch.randn(shape)
+            assert_same(compiled(x), reference(x))
+    bn, ref_bn = model[1], reference[1]
+    assert_same(bn.running_mean, ref_bn.running_mean)
+    assert_same(bn.running_var, ref_bn.running_var)
+    assert bn.num_batches_tracked.item() == ref_bn.num_batches_tracked.item() == 3
+
+
+def test_parameters_are_read_in_place():
+    model = Residual().eval()
+    compiled = aot_compile(model, (torch.randn(4, 16), torch.randn(4, 16)))
+    x, y = torch.randn(5, 16), torch.randn(5, 16)
+    with torch.no_grad():
+        model.ln.weight.mul_(3).add_(0.5)  # as load_state_dict or an optimizer step would
+        assert_same(compiled(x, y), model(x, y))
+
+
+def test_clusters_run_next_to_ops_that_stay_in_torch():
+    model = Residual().eval()
+    compiled = aot_compile(model, (torch.randn(4, 16), torch.randn(4, 16)),
+                           excluded_ops=["aten.var_mean"])
+    with torch.no_grad():
+        for n in (4, 1, 33):
+            x, y = torch.randn(n, 16), torch.randn(n, 16)
+            assert_same(compiled(x, y), model(x, y))
+    ran_in_torch = [op for op, _reason, _detail in fallbacks() if op != "getitem"]
+    assert ran_in_torch == ["aten.var_mean.correction"]
+    assert len(disc_torch.report().graphs[-1].clusters) == 2  # before and after it
+
+
+def test_bad_inputs_name_what_the_program_takes_and_leave_it_compiled():
+    model = Residual().eval()
+    compiled = aot_compile(model, (torch.randn(4, 16), torch.randn(4, 16)))
+    x = torch.randn(4, 16)
+    cases = [
+        ((torch.randn(4, 17), x), r"input 0 \('x'\) must be a torch.float32 CPU tensor of "
+                                  r"shape \[s\w+, 16\], got .* shape \[4, 17\]"),
+        ((x.double(), x), r"input 0 \('x'\) must be a torch.float32 .*got a torch.float64"),
+        ((x, x[None]), r"input 1 \('y'\) must be .* shape \[1, 4, 16\]"),
+        ((x, torch.randn(5, 16)), r"input 1 \('y'\) has size 5 in dim 0 where input 0 "
+                                  r"\('x'\) has 4: the compiled program ties both"),
+        ((x,), r"1 inputs given, the compiled program takes 2: x, y"),
+        ((x, 3.0), r"input 1 \('y'\) must be .*got a float"),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing falls back
+        for args, message in cases:
+            with pytest.raises(AotInputError, match=message):
+                compiled(*args)
+        with pytest.raises(AotInputError, match=r"requires grad: .* inference only"):
+            compiled(x.requires_grad_(), torch.randn(4, 16))
+        x = x.detach()
+        with torch.no_grad():
+            compiled(x.clone().requires_grad_(), x)  # no grad mode: nothing to lose
+            assert_same(compiled(x, x), model(x, x))
+    assert fallbacks() == []
+
+
+def test_a_program_disc_cannot_partition_runs_eagerly_with_a_warning(monkeypatch):
+    from disc_torch import aot
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(aot, "partition_and_compile", broken)
+    model = Residual().eval()
+    with pytest.warns(UserWarning, match="aot_compile'd program runs eagerly.*injected"):
+        compiled = aot_compile(model, (torch.randn(4, 16), torch.randn(4, 16)))
+    x, y = torch.randn(3, 16), torch.randn(3, 16)
+    with torch.no_grad():
+        assert_same(compiled(x, y), model(x, y))
+    reasons = {reason for _op, reason, _detail in fallbacks()}
+    assert reasons == {"compile_error"}
