@@ -254,4 +254,6 @@ def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
         detail = f"partitioning the graph failed ({type(exc).__name__}: {exc})"
         warn_once(f"DISC: an aot_compile'd program runs eagerly: {detail}")
         graph = PartitionedGraph(gm, [], record_failed_graph(gm, "aot", detail), Clock())
+    for cluster in graph.clusters:  # ahead of time: the builds finish before it returns
+        cluster.compiled  # noqa: B018  (waits for the cluster's build; a failure is reported)
     return AotCompiled(model, program, graph)
