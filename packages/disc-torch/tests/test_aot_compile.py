@@ -170,3 +170,52 @@ def test_a_program_disc_cannot_partition_runs_eagerly_with_a_warning(monkeypatch
         assert_same(compiled(x, y), model(x, y))
     reasons = {reason for _op, reason, _detail in fallbacks()}
     assert reasons == {"compile_error"}
+
+
+def test_transformers_models_serve_every_length_from_one_compile():
+    """Third-party models as a server calls them: GPT-2's logits and BERT's hidden states
+    with a padding mask, at batches and lengths the export never saw."""
+    transformers = pytest.importorskip("transformers")
+
+    class GPT2Logits(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+                vocab_size=100, n_embd=32, n_layer=1, n_head=4, n_positions=128,
+                use_cache=False))
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).logits
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = transformers.BertModel(transformers.BertConfig(
+                vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                intermediate_size=64, max_position_embeddings=128), add_pooling_layer=False)
+
+        def forward(self, ids, mask):
+            return self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def mask_of(b, t):
+        mask = torch.ones(b, t, dtype=torch.long)
+        mask[:, t - t // 3:] = 0  # padding at the end, as a padded batch has
+        return mask
+
+    gpt2, bert = GPT2Logits().eval(), Bert().eval()
+    with pytest.warns(UserWarning, match=r"'ids' was exported with size 1 in dim 0, and "
+                                         r"the program serves sizes \[1, 2\] there only"):
+        aot_compile(gpt2, (torch.randint(0, 100, (1, 9)),))  # batch 1: bounded by torch
+    served_gpt2 = aot_compile(gpt2, (torch.randint(0, 100, (2, 9)),))
+    served_bert = aot_compile(bert, (torch.randint(0, 100, (2, 9)), mask_of(2, 9)))
+    compiles = disc_torch.compile_count()
+    with torch.no_grad():
+        for b, t in [(1, 2), (1, 17), (3, 5), (2, 64)]:
+            ids = torch.randint(0, 100, (b, t))
+            assert_same(served_gpt2(ids), gpt2(ids))
+            assert_same(served_bert(ids, mask_of(b, t)), bert(ids, mask_of(b, t)))
+    assert disc_torch.compile_count() == compiles == built_artifacts() >= 2  # one per model
+    assert [op for op, _r, _d in fallbacks() if op != "getitem"] == []
+    # transformers' GPT-2 branches on a length of 1: export kept the branch it traced
+    with pytest.raises(AotInputError, match=r"size 1 in dim 1, outside the range .*\[2, "):
+        served_gpt2(torch.randint(0, 100, (1, 1)))

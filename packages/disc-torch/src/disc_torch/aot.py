@@ -24,6 +24,7 @@ what the program expects.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -236,9 +237,11 @@ def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
 
     ``dynamic_shapes``: ``torch.export``'s argument; by default every dim of every tensor
     input is dynamic unless the model fixes it, so one compile serves all shapes of these
-    ranks (sizes 0 and 1 included). Other keyword arguments are :class:`DiscConfig`
-    fields. Raises what ``torch.export`` raises when the model cannot be exported (data-
-    dependent control flow, say): there is no program to run then."""
+    ranks (sizes 0 and 1 included) that the model's own branches allow. Give examples of
+    size 2 or more in the dims that vary: torch bounds a dim traced at size 0 or 1 more
+    tightly (warned). Other keyword arguments are :class:`DiscConfig` fields. Raises what
+    ``torch.export`` raises when the model cannot be exported (data-dependent control
+    flow, say): there is no program to run then."""
     config = DiscConfig.resolve(options)
     kwargs = dict(kwargs or {})
     if dynamic_shapes is None:
@@ -256,4 +259,21 @@ def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
         graph = PartitionedGraph(gm, [], record_failed_graph(gm, "aot", detail), Clock())
     for cluster in graph.clusters:  # ahead of time: the builds finish before it returns
         cluster.compiled  # noqa: B018  (waits for the cluster's build; a failure is reported)
-    return AotCompiled(model, program, graph)
+    compiled = AotCompiled(model, program, graph)
+    _warn_narrow_ranges(compiled._inputs, pytree.tree_leaves((tuple(args), kwargs)))
+    return compiled
+
+
+def _warn_narrow_ranges(inputs: list[_InputSpec], examples: list[Any]) -> None:
+    """Say so when an example's size 0 or 1 left a dim a bounded range: torch reasons
+    about such sizes apart (transformers' GPT-2 traced at batch 1 serves batches 1-2
+    only), and the cure is an example of size 2 or more in that dim."""
+    for spec, example in zip(inputs, examples):
+        for d, dim in enumerate(spec.dims):
+            if (not isinstance(dim, int) and dim[2] is not None
+                    and isinstance(example, torch.Tensor) and example.shape[d] <= 1):
+                warnings.warn(
+                    f"aot_compile: input {spec.name!r} was exported with size "
+                    f"{example.shape[d]} in dim {d}, and the program serves sizes "
+                    f"[{dim[1]}, {dim[2]}] there only; export with an example of size 2 or "
+                    "more in that dim to serve every size", UserWarning, stacklevel=3)
