@@ -176,3 +176,22 @@ def test_compile_is_thread_safe(tmp_path) -> None:
     for x, y in zip(xs, outs):
         np.testing.assert_allclose(y, np_softmax(x), rtol=1e-6)
     assert fn.stats.compiles == 1
+
+
+def test_a_cache_shared_by_another_cpu_builds_its_own_module(tmp_path, monkeypatch) -> None:
+    """Modules are built for the host's CPU (-march=native): a cache directory another CPU
+    filled (ranks on several machines, a cache baked into an image) must not hand its
+    modules to this one, where an instruction it lacks would kill the process."""
+    from disc_runtime import facts
+
+    x = np.random.default_rng(3).standard_normal((2, 5)).astype(np.float32)
+    first = Compiler(CompileCache(tmp_path))
+    first.compile(softmax_graph())
+    assert first.stats.compiles == 1
+    same_cpu = Compiler(CompileCache(tmp_path))
+    assert same_cpu.compile_text(str(softmax_graph()), [("float32", 2)])[1] == "disk"
+    monkeypatch.setattr(facts, "cpu_identity", lambda: "another-cpu")
+    other_cpu = Compiler(CompileCache(tmp_path))
+    exe, source = other_cpu.compile_text(str(softmax_graph()), [("float32", 2)])
+    assert source == "miss" and other_cpu.stats.compiles == 1
+    np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6, atol=1e-7)

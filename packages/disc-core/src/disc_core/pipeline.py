@@ -39,6 +39,7 @@ from typing import Any
 
 from disc_runtime import Artifact, Signature, TensorSpec, cache_key
 from disc_runtime import __version__ as runtime_version
+from disc_runtime import facts as runtime_facts
 from disc_runtime.native import ABI_VERSION as NATIVE_ABI_VERSION
 
 from . import engine
@@ -95,7 +96,12 @@ def key_for(graph_text: str, input_types: Sequence[tuple[str, int]], *, target: 
             optimize: bool = True) -> str:
     """The compile cache key of a graph's text and its inputs' (dtype, rank): never a
     concrete size, so every shape of a rank shares one artifact. With fused attention
-    off (``DISC_FUSED_ATTENTION=0``) the optimize stage builds another graph: its own key."""
+    off (``DISC_FUSED_ATTENTION=0``) the optimize stage builds another graph: its own key.
+
+    The CPU (model and feature flags) is part of it: modules are built for the host
+    (``-march=native``), and a cache directory shared by hosts of different CPUs (ranks
+    on several machines, a cache baked into an image) must not hand an AVX-512 module to
+    a CPU without AVX-512, where it would die of an illegal instruction."""
     extra = {} if CORE_OPTIONS.value("fused_attention") else {"fused_attention": False}
     if not CORE_OPTIONS.value("gemm_fusion"):  # another fusion plan: another module
         extra["gemm_fusion"] = False
@@ -108,6 +114,7 @@ def key_for(graph_text: str, input_types: Sequence[tuple[str, int]], *, target: 
         "inputs": [list(t) for t in input_types],
         "disc-core": __version__,
         "compiler": compiler_fingerprint(),
+        "cpu": runtime_facts.cpu_identity(),
         "disc-runtime": runtime_version,
         "target": target,
         "abi": NATIVE_ABI_VERSION,  # a module built for another engine ABI never loads
