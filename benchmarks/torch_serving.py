@@ -14,7 +14,8 @@ Contenders:
 * inductor: ``torch.compile(model, dynamic=True)``;
 * disc: ``torch.compile(model, backend="disc", dynamic=True)``;
 * disc_aot: ``disc_torch.aot_compile(model, example)``: ``torch.export`` once, DISC once,
-  calls without dynamo (inputs checked against the exported signature).
+  calls without dynamo (inputs checked against the exported signature); the result
+  records how long ``aot_load`` of it, saved to a file, takes in a new process.
 
 Models (transformers, built from configs, no download; hidden 256, 2 layers, 4 heads,
 vocabulary 1000, eval mode): ``gpt2`` (``GPT2LMHeadModel``, the logits of ``input_ids``)
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -134,6 +136,21 @@ def contender(name: str, model: torch.nn.Module, example: tuple[torch.Tensor, ..
     return fn, time.perf_counter() - start
 
 
+def saved_model_load_s(served: Any) -> float:
+    """Seconds ``disc_torch.aot_load`` takes in a new process for ``served`` saved to a
+    file (what a server's start costs after the model was compiled once; imports not
+    counted): no export, no tracing, native modules from the compile cache."""
+    path = Path(tempfile.mkdtemp(prefix="disc-serving-saved-")) / "model.disc"
+    served.save(path)
+    code = ("import time, disc_torch\n"
+            "t = time.perf_counter()\n"
+            f"disc_torch.aot_load({str(path)!r})\n"
+            "print(time.perf_counter() - t)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=dict(os.environ))
+    return round(float(out.stdout.strip().splitlines()[-1]), 3)
+
+
 def run_model(name: str, lengths: list[int], names: list[str]) -> dict[str, Any]:
     import torch._dynamo
 
@@ -159,6 +176,7 @@ def run_model(name: str, lengths: list[int], names: list[str]) -> dict[str, Any]
         medians = harness.steady({n: (lambda c: lambda x, y: c(*x))(calls[n]) for n in names},
                                  [(r, None) for r in reqs], ARGS.rounds, lambda r: r,
                                  ARGS.repeat)
+    load_s = saved_model_load_s(calls["disc_aot"]) if "disc_aot" in calls else None
     ms = {n: [round(1e3 * s, 4) for s in v] for n, v in medians.items()}
     ratios = {f"{n}_vs_eager": round(harness.median_ratio(medians, "eager", n), 3)
               for n in names if n != "eager"}
@@ -172,6 +190,8 @@ def run_model(name: str, lengths: list[int], names: list[str]) -> dict[str, Any]
         "per_length_ms": ms,
         "setup_s": {n: round(v, 3) for n, v in setup_s.items()},
         "first_pass_s": {n: round(v, 3) for n, v in first_s.items()},
+        # aot_load of the saved disc_aot model in a new process (its compile cache warm)
+        "disc_aot_load_fresh_process_s": load_s,
         "disc_compiles_both_disc_contenders": disc_compiles,
         "max_abs_error_vs_eager": errors,
     }
@@ -198,7 +218,8 @@ def main() -> int:
         r = run_model(m, lengths, names)
         rows.append(r)
         print(f"{m:5} batch {r['batch']}: median ms {r['median_ms']}  ratios {r['ratios']}  "
-              f"setup s {r['setup_s']}  first pass s {r['first_pass_s']}  DISC compiles "
+              f"setup s {r['setup_s']}  first pass s {r['first_pass_s']}  aot_load in a new "
+              f"process s {r['disc_aot_load_fresh_process_s']}  DISC compiles "
               f"{r['disc_compiles_both_disc_contenders']}  max abs error "
               f"{ {n: f'{e:.1e}' for n, e in r['max_abs_error_vs_eager'].items()} }",
               flush=True)

@@ -6,6 +6,9 @@ errors that name what the program takes, and never disable a cluster."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -15,7 +18,7 @@ import torch.nn.functional as F
 from helpers import assert_same, built_artifacts, fallbacks
 
 import disc_torch
-from disc_torch import AotInputError, aot_compile
+from disc_torch import AotInputError, AotLoadError, aot_compile, aot_load
 
 
 class Block(nn.Module):
@@ -219,3 +222,73 @@ def test_transformers_models_serve_every_length_from_one_compile():
     # transformers' GPT-2 branches on a length of 1: export kept the branch it traced
     with pytest.raises(AotInputError, match=r"size 1 in dim 1, outside the range .*\[2, "):
         served_gpt2(torch.randint(0, 100, (1, 1)))
+
+
+def test_a_saved_model_runs_in_a_new_process_without_export_or_compiling(tmp_path):
+    """save writes the partitioned graph, signature and weights; aot_load in a new process
+    runs it with torch.export made unusable and no DISC compile (the compile cache serves
+    the native module): what a server's start costs."""
+    model = Block().eval()
+    served = aot_compile(model, (torch.randn(2, 9, 32),))
+    path = tmp_path / "block.disc"
+    served.save(path)
+    xs = [torch.randn(b, t, 32) for b, t in [(1, 5), (3, 11), (2, 0)]]
+    with torch.no_grad():
+        want = [model(x) for x in xs]
+    torch.save({"xs": xs, "want": want}, tmp_path / "io.pt")
+    script = f"""
+import torch, torch.export
+def no_export(*args, **kwargs):
+    raise AssertionError("aot_load must not export")
+torch.export.export = no_export
+import disc_torch
+served = disc_torch.aot_load({str(path)!r})
+io = torch.load({str(tmp_path / "io.pt")!r})
+with torch.no_grad():
+    for x, want in zip(io["xs"], io["want"]):
+        torch.testing.assert_close(served(x), want, rtol=1e-4, atol=1e-5)
+try:
+    served(torch.randn(2, 5, 31))
+except disc_torch.AotInputError as exc:
+    print("refused:", exc)
+print("compiles", disc_torch.compile_count())
+print("engines", [c.engine.value for g in disc_torch.report().graphs for c in g.clusters])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, env={**os.environ,
+                                            "DISC_CACHE_DIR": os.environ["DISC_CACHE_DIR"]})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused: input 0 ('x') must be a torch.float32 CPU tensor of shape [" in proc.stdout
+    assert "compiles 0" in proc.stdout
+    assert "engines ['native']" in proc.stdout
+
+
+def test_a_loaded_model_runs_on_the_weights_it_is_given(tmp_path):
+    model = Residual().eval()
+    path = tmp_path / "residual.disc"
+    aot_compile(model, (torch.randn(4, 16), torch.randn(4, 16))).save(path)
+    x, y = torch.randn(6, 16), torch.randn(6, 16)
+    with torch.no_grad():
+        saved = model(x, y)
+        model.ln.weight.add_(1.0)  # the live model moves on after the save
+        assert_same(aot_load(path)(x, y), saved)  # the saved weights
+        assert_same(aot_load(path, model)(x, y), model(x, y))  # the model's, in place
+    with pytest.raises(AotLoadError, match=r"the model's ln.weight is a torch.float32 "
+                                           r"tensor of shape \[8\], the saved program "
+                                           r"takes torch.float32 of shape \[16\]"):
+        aot_load(path, Residual(width=8))
+
+
+def test_files_aot_load_cannot_run_are_refused_with_the_reason(tmp_path):
+    path = tmp_path / "residual.disc"
+    aot_compile(Residual().eval(), (torch.randn(4, 16), torch.randn(4, 16))).save(path)
+    data = torch.load(path, weights_only=False)
+    torch.save({**data, "torch": "1.0.0"}, tmp_path / "old.disc")
+    with pytest.raises(AotLoadError, match=r"saved with torch 1.0.0, this process has "):
+        aot_load(tmp_path / "old.disc")
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.disc")
+    with pytest.raises(AotLoadError, match=r"not a saved DISC compiled model of format"):
+        aot_load(tmp_path / "other.disc")
+    (tmp_path / "garbage.disc").write_bytes(b"\x00not a pickle")
+    with pytest.raises(AotLoadError, match=r"garbage.disc: not a saved DISC compiled model"):
+        aot_load(tmp_path / "garbage.disc")

@@ -29,10 +29,12 @@ __all__ = [
     "SUPPORTED",
     "AotCompiled",
     "AotInputError",
+    "AotLoadError",
     "DiscConfig",
     "UnsupportedFrameworkError",
     "__version__",
     "aot_compile",
+    "aot_load",
     "check_framework_version",
     "compile_count",
     "disc_backend",
@@ -41,7 +43,8 @@ __all__ = [
 ]
 
 _LAZY = {"DiscConfig": "config", "disc_backend": "backend", "optimize": "backend",
-         "aot_compile": "aot", "AotCompiled": "aot", "AotInputError": "aot"}
+         "aot_compile": "aot", "aot_load": "aot", "AotCompiled": "aot",
+         "AotInputError": "aot", "AotLoadError": "aot"}
 
 
 def __getattr__(name: str) -> Any:

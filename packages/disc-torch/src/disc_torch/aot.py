@@ -23,9 +23,11 @@ what the program expects.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -35,19 +37,30 @@ import torch.utils._pytree as pytree
 from torch.export import Dim
 from torch.export.graph_signature import InputKind, OutputKind
 
+from ._version_check import BRIDGE_VERSION
 from .cluster import Clock
 from .compilers import get_compiler
 from .config import DiscConfig
 from .decompositions import decomposition_table
 from .fallback import warn_once
+from .frozen import FreezeError, freeze_graph, thaw_graph
 from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
 from .trace_scope import tracing_config
 
-__all__ = ["AotCompiled", "AotInputError", "aot_compile"]
+__all__ = ["AotCompiled", "AotInputError", "AotLoadError", "aot_compile", "aot_load"]
 
 
 class AotInputError(ValueError):
     """A call's inputs do not match what the compiled program takes."""
+
+
+#: what a saved compiled model says it is (the first key :func:`aot_load` reads)
+_FORMAT = "disc-aot-1"
+
+
+class AotLoadError(ValueError):
+    """A file that :func:`aot_load` cannot run: not a saved compiled model, another format
+    version, or saved with another torch or disc-torch version."""
 
 
 @dataclass(frozen=True)
@@ -108,47 +121,90 @@ def _input_spec(name: str, node: torch.fx.Node, ranges: Mapping[Any, Any]) -> _I
     return _InputSpec(name, val.dtype, tuple(dims))
 
 
-class AotCompiled:
-    """A model compiled ahead of time by :func:`aot_compile`; call it as the model."""
+_LIFTED_KINDS = {InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+                 InputKind.CONSTANT_TENSOR: "constant"}
 
-    def __init__(self, model: torch.nn.Module, program: torch.export.ExportedProgram,
-                 graph: PartitionedGraph) -> None:
-        self._program = program
+
+@dataclass(frozen=True)
+class _Signature:
+    """How calls of a compiled program are made, as plain data (what :meth:`AotCompiled.save`
+    keeps): the user inputs, the program's leading inputs (``(kind, target)`` of each
+    parameter, buffer and constant, in order), per program output None (the user's) or
+    where it is written back (``("buffer", target)``, ``("input", index)``), and the
+    pytree structures of the call's inputs and outputs (``treespec_dumps``)."""
+
+    inputs: tuple[_InputSpec, ...]
+    lifted: tuple[tuple[str, str], ...]
+    writes: tuple[tuple[str, Any] | None, ...]
+    in_spec: str
+    out_spec: str
+
+
+def _signature_of(program: torch.export.ExportedProgram) -> _Signature:
+    signature = program.graph_signature
+    # the graph's inputs are the signature's, in order (partitioning kept them)
+    placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+    inputs, lifted = [], []
+    for spec, node in zip(signature.input_specs, placeholders, strict=True):
+        if spec.kind == InputKind.USER_INPUT:
+            inputs.append(_input_spec(spec.arg.name, node, program.range_constraints))
+        elif spec.kind in _LIFTED_KINDS:
+            lifted.append((_LIFTED_KINDS[spec.kind], spec.target))
+        else:
+            raise TypeError(f"the exported program takes a {spec.kind.name} input "
+                            f"({spec.arg.name}), which aot_compile does not run")
+    user_index = {s.name: i for i, s in enumerate(inputs)}
+    writes: list[tuple[str, Any] | None] = []
+    for spec in signature.output_specs:
+        if spec.kind == OutputKind.USER_OUTPUT:
+            writes.append(None)
+        elif spec.kind == OutputKind.BUFFER_MUTATION:
+            writes.append(("buffer", spec.target))
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            writes.append(("input", user_index[spec.target]))
+        else:
+            raise TypeError(f"the exported program has a {spec.kind.name} output, "
+                            "which aot_compile does not run (inference only)")
+    return _Signature(tuple(inputs), tuple(lifted), tuple(writes),
+                      pytree.treespec_dumps(program.call_spec.in_spec),
+                      pytree.treespec_dumps(program.call_spec.out_spec))
+
+
+def _model_tensors(model: torch.nn.Module, lifted: Sequence[tuple[str, str]],
+                   constants: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensor of every lifted input: the model's own parameters and buffers (detached
+    views of them: in-place updates are seen, no autograd is recorded), the constants."""
+    out = {}
+    for kind, target in lifted:
+        if kind == "parameter":
+            out[target] = model.get_parameter(target).detach()
+        elif kind == "buffer":
+            out[target] = model.get_buffer(target).detach()
+        else:
+            out[target] = constants[target]
+    return out
+
+
+class AotCompiled:
+    """A model compiled ahead of time by :func:`aot_compile` (or read back by
+    :func:`aot_load`); call it as the model."""
+
+    def __init__(self, graph: PartitionedGraph, signature: _Signature,
+                 tensors: dict[str, torch.Tensor], target: str) -> None:
         self._graph = graph
-        signature = program.graph_signature
-        # the graph's inputs are the signature's, in order (partitioning kept them)
-        placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+        self._signature = signature
+        self._tensors = tensors
+        self._target = target
+        self._inputs = list(signature.inputs)
         #: the program's leading inputs: parameters, buffers and constants, in order
-        self._lifted: list[torch.Tensor] = []
-        self._inputs: list[_InputSpec] = []
-        for spec, node in zip(signature.input_specs, placeholders, strict=True):
-            if spec.kind == InputKind.USER_INPUT:
-                self._inputs.append(_input_spec(spec.arg.name, node, program.range_constraints))
-            elif spec.kind == InputKind.PARAMETER:
-                self._lifted.append(model.get_parameter(spec.target).detach())
-            elif spec.kind == InputKind.BUFFER:
-                self._lifted.append(model.get_buffer(spec.target).detach())
-            elif spec.kind == InputKind.CONSTANT_TENSOR:
-                self._lifted.append(program.constants[spec.target])
-            else:
-                raise TypeError(f"the exported program takes a {spec.kind.name} input "
-                                f"({spec.arg.name}), which aot_compile does not run")
-        user_index = {s.name: i for i, s in enumerate(self._inputs)}
-        #: per program output: None (a user output) or (tensor or input index, 'copy')
-        self._writes: list[tuple[int, Any] | None] = []
-        for spec in signature.output_specs:
-            if spec.kind == OutputKind.USER_OUTPUT:
-                self._writes.append(None)
-            elif spec.kind == OutputKind.BUFFER_MUTATION:
-                self._writes.append((0, model.get_buffer(spec.target).detach()))
-            elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-                self._writes.append((1, user_index[spec.target]))
-            else:
-                raise TypeError(f"the exported program has a {spec.kind.name} output, "
-                                "which aot_compile does not run (inference only)")
+        self._lifted = [tensors[target] for _kind, target in signature.lifted]
+        #: per program output: None (a user output), (0, buffer) or (1, input index)
+        self._writes: list[tuple[int, Any] | None] = [
+            None if w is None else (0, tensors[w[1]]) if w[0] == "buffer" else (1, w[1])
+            for w in signature.writes]
         self._mutates = any(w is not None for w in self._writes)
-        self._in_spec = program.call_spec.in_spec
-        self._out_spec = program.call_spec.out_spec
+        self._in_spec = pytree.treespec_loads(signature.in_spec)
+        self._out_spec = pytree.treespec_loads(signature.out_spec)
         n = len(self._inputs)
         #: the program takes its inputs positionally, as a flat tuple of tensors
         self._positional = self._in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
@@ -159,6 +215,22 @@ class AotCompiled:
         #: (input, dim, symbol, lowest, highest) of every symbolic input dim
         self._symbols = [(i, d, *v) for i, s in enumerate(self._inputs)
                          for d, v in enumerate(s.dims) if not isinstance(v, int)]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this compiled model to the file ``path``: the partitioned graph as data
+        (its generated code and each cluster's core graph, :mod:`disc_torch.frozen`), the
+        call signature and the parameters', buffers' and constants' values.
+        :func:`aot_load` runs it in another process without torch.export, tracing or
+        lowering; the native modules come from DISC's compile cache, or are built again
+        from the graphs kept (a cache key names the CPU: another machine builds its own)."""
+        try:
+            frozen = freeze_graph(self._graph)
+        except FreezeError as exc:
+            raise AotLoadError(f"this compiled model cannot be saved: {exc}") from exc
+        torch.save({"format": _FORMAT, "torch": torch.__version__,
+                    "disc_torch": BRIDGE_VERSION, "target": self._target,
+                    "signature": dataclasses.asdict(self._signature), "graph": frozen,
+                    "tensors": {k: t.detach() for k, t in self._tensors.items()}}, path)
 
     def _flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         if not kwargs and self._positional:
@@ -259,7 +331,10 @@ def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
         graph = PartitionedGraph(gm, [], record_failed_graph(gm, "aot", detail), Clock())
     for cluster in graph.clusters:  # ahead of time: the builds finish before it returns
         cluster.compiled  # noqa: B018  (waits for the cluster's build; a failure is reported)
-    compiled = AotCompiled(model, program, graph)
+    signature = _signature_of(program)
+    compiled = AotCompiled(graph, signature,
+                           _model_tensors(model, signature.lifted, program.constants),
+                           config.target)
     _warn_narrow_ranges(compiled._inputs, pytree.tree_leaves((tuple(args), kwargs)))
     return compiled
 
@@ -277,3 +352,52 @@ def _warn_narrow_ranges(inputs: list[_InputSpec], examples: list[Any]) -> None:
                     f"{example.shape[d]} in dim {d}, and the program serves sizes "
                     f"[{dim[1]}, {dim[2]}] there only; export with an example of size 2 or "
                     "more in that dim to serve every size", UserWarning, stacklevel=3)
+
+
+def _input_spec_from(data: Mapping[str, Any]) -> _InputSpec:
+    dims = tuple(d if isinstance(d, int) else tuple(d) for d in data["dims"])
+    return _InputSpec(data["name"], data["dtype"], dims)
+
+
+def aot_load(path: str | os.PathLike[str], model: torch.nn.Module | None = None
+             ) -> AotCompiled:
+    """A compiled model :meth:`AotCompiled.save` wrote, ready to call.
+
+    ``model``: the parameters and buffers to run with, read in place as
+    :func:`aot_compile` reads them (each must have the saved one's shape and dtype);
+    without it, the saved values. The file is a pickle (``torch.load`` with
+    ``weights_only=False``): load only files you trust."""
+    try:
+        data = torch.load(path, weights_only=False)
+    except Exception as exc:
+        raise AotLoadError(f"{path}: not a saved DISC compiled model "
+                           f"({type(exc).__name__}: {exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise AotLoadError(f"{path}: not a saved DISC compiled model of format {_FORMAT} "
+                           f"(found {found!r})")
+    for name, have in (("torch", torch.__version__), ("disc_torch", BRIDGE_VERSION)):
+        if data[name] != have:
+            raise AotLoadError(f"{path} was saved with {name} {data[name]}, this process has "
+                               f"{have}: compile the model again with aot_compile")
+    sig = data["signature"]
+    signature = _Signature(
+        tuple(_input_spec_from(i) for i in sig["inputs"]),
+        tuple(tuple(x) for x in sig["lifted"]),
+        tuple(None if w is None else tuple(w) for w in sig["writes"]),
+        sig["in_spec"], sig["out_spec"])
+    tensors = data["tensors"]
+    if model is not None:
+        saved = tensors
+        tensors = _model_tensors(model, [x for x in signature.lifted if x[0] != "constant"], {})
+        tensors.update({t: saved[t] for kind, t in signature.lifted if kind == "constant"})
+        for target, t in tensors.items():
+            want = saved[target]
+            if t.shape != want.shape or t.dtype != want.dtype:
+                raise AotLoadError(
+                    f"the model's {target} is a {t.dtype} tensor of shape {list(t.shape)}, "
+                    f"the saved program takes {want.dtype} of shape {list(want.shape)}")
+    graph = thaw_graph(data["graph"], get_compiler(data["target"]))
+    for cluster in graph.clusters:  # loaded or built before the first call, as at compile
+        cluster.compiled  # noqa: B018
+    return AotCompiled(graph, signature, tensors, data["target"])
