@@ -159,12 +159,12 @@ def test_bad_inputs_name_what_the_program_takes_and_leave_it_compiled():
 
 
 def test_a_program_disc_cannot_partition_runs_eagerly_with_a_warning(monkeypatch):
-    from disc_torch import aot
+    from disc_torch import partition
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(aot, "partition_and_compile", broken)
+    monkeypatch.setattr(partition, "partition_and_compile", broken)
     model = Residual().eval()
     with pytest.warns(UserWarning, match="aot_compile'd program runs eagerly.*injected"):
         compiled = aot_compile(model, (torch.randn(4, 16), torch.randn(4, 16)))

@@ -29,9 +29,8 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim
@@ -44,8 +43,9 @@ from .config import DiscConfig
 from .decompositions import decomposition_table
 from .fallback import warn_once
 from .frozen import FreezeError, freeze_graph, thaw_graph
-from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
-from .trace_scope import tracing_config
+
+if TYPE_CHECKING:
+    from .partition import PartitionedGraph
 
 __all__ = ["AotCompiled", "AotInputError", "AotLoadError", "aot_compile", "aot_load"]
 
@@ -105,6 +105,8 @@ def _input_spec(name: str, node: torch.fx.Node, ranges: Mapping[Any, Any]) -> _I
         raise TypeError(f"input {name!r} is a {type(val).__name__}: aot_compile takes "
                         "tensor inputs only (a Python number is part of the program: "
                         "bind it before compiling)")
+    import sympy  # compile time only: a server's aot_load does without it
+
     dims: list[int | tuple[str, int, int | None]] = []
     for size in val.shape:
         expr = size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
@@ -314,6 +316,11 @@ def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
     tightly (warned). Other keyword arguments are :class:`DiscConfig` fields. Raises what
     ``torch.export`` raises when the model cannot be exported (data-dependent control
     flow, say): there is no program to run then."""
+    # imported here, not with the module: aot_load in a server process needs neither
+    # dynamo (which tracing_config configures, about 1 s to import) nor the partitioner
+    from .partition import PartitionedGraph, partition_and_compile, record_failed_graph
+    from .trace_scope import tracing_config
+
     config = DiscConfig.resolve(options)
     kwargs = dict(kwargs or {})
     if dynamic_shapes is None:
