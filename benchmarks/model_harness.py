@@ -8,6 +8,7 @@ import theirs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import time
@@ -31,6 +32,19 @@ def parser(description: str, quick_help: str) -> argparse.ArgumentParser:
                         "untimed call)")
     p.add_argument("--output", type=Path, default=None)
     return p
+
+
+def write_results(info: dict[str, Any], rows: list[Any], stem: str, quick: bool,
+                  output: Path | None) -> Path:
+    """Write ``{"machine": info, "rows": rows}`` to ``output``, else to
+    benchmarks/results/<stem>.json (<stem>.quick.json for a --quick run, which is not
+    kept); returns where it went."""
+    out = output or Path(__file__).resolve().parent / "results" / (
+        f"{stem}.quick.json" if quick else f"{stem}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {out}")
+    return out
 
 
 def thread_count(args: argparse.Namespace) -> int:

@@ -496,12 +496,8 @@ def main() -> int:
                             "cpus": os.cpu_count()}
     print(f"load average (1 min) at start {load_start[0]:.2f}, at end {load_end[0]:.2f} "
           f"on {os.cpu_count()} CPUs")
-    out = ARGS.output or ROOT / "benchmarks" / "results" / (
-        "tf_models.quick.json" if ARGS.quick else "tf_models.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     print(provenance.finish(info), flush=True)
-    out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {out}")
+    harness.write_results(info, rows, "tf_models", ARGS.quick, ARGS.output)
     # DISC's contenders only: XLA's own differences from TF (2.1e-3 once on AMD) are
     # reported in the row, not DISC's to fail on
     bad = [r for r in rows if max(v for k, v in r["max_rel_diff_vs_tf"].items()

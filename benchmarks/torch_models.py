@@ -504,11 +504,7 @@ def main() -> int:
               f"x{r['own_blas']['speedup_vs_eager']:.2f} with "
               f"{r['own_blas']['disc_gemm_library']['f32_gemm']}", flush=True)
     print(provenance.finish(info), flush=True)
-    out = ARGS.output or ROOT / "benchmarks" / "results" / (
-        "torch_models.quick.json" if ARGS.quick else "torch_models.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {out}")
+    harness.write_results(info, rows, "torch_models", ARGS.quick, ARGS.output)
     bad = [r for r in rows if r["max_loss_rel_diff_vs_eager"] > 2e-3
            or r.get("grad_mismatches")]  # (harness.judge_gradients)
     for r in bad:

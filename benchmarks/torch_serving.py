@@ -29,7 +29,6 @@ torch's own MKL (``DISC_BLAS_TUNE=0``), the library eager and Inductor use.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -44,8 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import allocator  # noqa: E402  (benchmarks/, the script's own directory)
 import model_harness as harness  # noqa: E402  (benchmarks/, the script's own directory)
 import provenance  # noqa: E402  (benchmarks/, the script's own directory)
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str] | None = None):
@@ -229,11 +226,7 @@ def main() -> int:
               f"{ {n: f'{e:.1e}' for n, e in r['max_abs_error_vs_eager'].items()} }",
               flush=True)
     print(provenance.finish(info), flush=True)
-    out = ARGS.output or ROOT / "benchmarks" / "results" / (
-        "torch_serving.quick.json" if ARGS.quick else "torch_serving.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": info, "rows": rows}, indent=1) + "\n")
-    print(f"wrote {out}")
+    harness.write_results(info, rows, "torch_serving", ARGS.quick, ARGS.output)
     bad = [r for r in rows if max(r["max_abs_error_vs_eager"].values()) > 1e-3]
     for r in bad:
         print(f"FAIL {r['model']}: a contender disagrees with eager "
