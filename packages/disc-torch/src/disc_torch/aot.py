@@ -19,6 +19,9 @@ program DISC cannot partition runs eagerly (warned once, in the report), and a c
 failing at run time falls back as under ``torch.compile``. Bad input (another count,
 dtype, rank, device, or a size the program fixed) raises :class:`AotInputError` naming
 what the program expects.
+
+A compiled model saves to one file (:meth:`AotCompiled.save`); :func:`aot_load` runs it in
+a server process without exporting, tracing or lowering anything again.
 """
 
 from __future__ import annotations
@@ -228,7 +231,7 @@ class AotCompiled:
         try:
             frozen = freeze_graph(self._graph)
         except FreezeError as exc:
-            raise AotLoadError(f"this compiled model cannot be saved: {exc}") from exc
+            raise ValueError(f"this compiled model cannot be saved: {exc}") from exc
         torch.save({"format": _FORMAT, "torch": torch.__version__,
                     "disc_torch": BRIDGE_VERSION, "target": self._target,
                     "signature": dataclasses.asdict(self._signature), "graph": frozen,
