@@ -26,7 +26,6 @@ a server process without exporting, tracing or lowering anything again.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import warnings
@@ -58,7 +57,7 @@ class AotInputError(ValueError):
 
 
 #: what a saved compiled model says it is (the first key :func:`aot_load` reads)
-_FORMAT = "disc-aot-1"
+_FORMAT = "disc-aot-2"
 
 
 class AotLoadError(ValueError):
@@ -196,6 +195,8 @@ class AotCompiled:
 
     def __init__(self, graph: PartitionedGraph, signature: _Signature,
                  tensors: dict[str, torch.Tensor], target: str) -> None:
+        for cluster in graph.clusters:  # ahead of time: built (or loaded) before any call
+            cluster.compiled  # noqa: B018  (waits for its build; a failure is reported)
         self._graph = graph
         self._signature = signature
         self._tensors = tensors
@@ -234,23 +235,23 @@ class AotCompiled:
             raise ValueError(f"this compiled model cannot be saved: {exc}") from exc
         torch.save({"format": _FORMAT, "torch": torch.__version__,
                     "disc_torch": BRIDGE_VERSION, "target": self._target,
-                    "signature": dataclasses.asdict(self._signature), "graph": frozen,
+                    "signature": self._signature, "graph": frozen,
                     "tensors": {k: t.detach() for k, t in self._tensors.items()}}, path)
 
-    def _flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    def _flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sequence[Any]:
         if not kwargs and self._positional:
             if len(args) != len(self._inputs):
                 raise AotInputError(f"{len(args)} inputs given, the compiled program takes "
                                     f"{len(self._inputs)}: "
                                     f"{', '.join(s.name for s in self._inputs)}")
-            return list(args)
+            return args
         leaves, spec = pytree.tree_flatten((args, kwargs))
         if spec != self._in_spec:
             raise AotInputError(f"the inputs are structured as {spec}, the compiled program "
                                 f"takes {self._in_spec}")
         return leaves
 
-    def _check(self, leaves: list[Any]) -> None:
+    def _check(self, leaves: Sequence[Any]) -> None:
         grad = torch.is_grad_enabled()
         for i, (t, (dtype, rank, fixed)) in enumerate(zip(leaves, self._specs)):
             if (not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.dim() != rank
@@ -339,8 +340,6 @@ def aot_compile(model: torch.nn.Module, args: tuple[Any, ...],
         detail = f"partitioning the graph failed ({type(exc).__name__}: {exc})"
         warn_once(f"DISC: an aot_compile'd program runs eagerly: {detail}")
         graph = PartitionedGraph(gm, [], record_failed_graph(gm, "aot", detail), Clock())
-    for cluster in graph.clusters:  # ahead of time: the builds finish before it returns
-        cluster.compiled  # noqa: B018  (waits for the cluster's build; a failure is reported)
     signature = _signature_of(program)
     compiled = AotCompiled(graph, signature,
                            _model_tensors(model, signature.lifted, program.constants),
@@ -364,11 +363,6 @@ def _warn_narrow_ranges(inputs: list[_InputSpec], examples: list[Any]) -> None:
                     "more in that dim to serve every size", UserWarning, stacklevel=3)
 
 
-def _input_spec_from(data: Mapping[str, Any]) -> _InputSpec:
-    dims = tuple(d if isinstance(d, int) else tuple(d) for d in data["dims"])
-    return _InputSpec(data["name"], data["dtype"], dims)
-
-
 def aot_load(path: str | os.PathLike[str], model: torch.nn.Module | None = None
              ) -> AotCompiled:
     """A compiled model :meth:`AotCompiled.save` wrote, ready to call.
@@ -390,24 +384,16 @@ def aot_load(path: str | os.PathLike[str], model: torch.nn.Module | None = None
         if data[name] != have:
             raise AotLoadError(f"{path} was saved with {name} {data[name]}, this process has "
                                f"{have}: compile the model again with aot_compile")
-    sig = data["signature"]
-    signature = _Signature(
-        tuple(_input_spec_from(i) for i in sig["inputs"]),
-        tuple(tuple(x) for x in sig["lifted"]),
-        tuple(None if w is None else tuple(w) for w in sig["writes"]),
-        sig["in_spec"], sig["out_spec"])
+    signature: _Signature = data["signature"]
     tensors = data["tensors"]
     if model is not None:
-        saved = tensors
-        tensors = _model_tensors(model, [x for x in signature.lifted if x[0] != "constant"], {})
-        tensors.update({t: saved[t] for kind, t in signature.lifted if kind == "constant"})
-        for target, t in tensors.items():
-            want = saved[target]
+        own = _model_tensors(model, [x for x in signature.lifted if x[0] != "constant"], {})
+        for target, t in own.items():
+            want = tensors[target]
             if t.shape != want.shape or t.dtype != want.dtype:
                 raise AotLoadError(
                     f"the model's {target} is a {t.dtype} tensor of shape {list(t.shape)}, "
                     f"the saved program takes {want.dtype} of shape {list(want.shape)}")
+        tensors = {**tensors, **own}
     graph = thaw_graph(data["graph"], get_compiler(data["target"]))
-    for cluster in graph.clusters:  # loaded or built before the first call, as at compile
-        cluster.compiled  # noqa: B018
     return AotCompiled(graph, signature, tensors, data["target"])
