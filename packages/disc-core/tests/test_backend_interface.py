@@ -105,7 +105,8 @@ def test_the_c_sources_ship_with_the_package() -> None:
     assert "#define DISC_GEMM_NAME disc_gemm_float" in f32
     assert "#define DISC_GEMM_ROWMAJOR 1" in f32 and "#define DISC_GEMM_ROWMAJOR 0" in f64
     # the parameters are undefined after each instance: two dtypes fit in one module
-    assert f32.rstrip().endswith("#undef DISC_GEMM_ROWMAJOR")
+    assert f32.rstrip().endswith("#undef DISC_GEMM_PACKED")
+    assert "#define DISC_GEMM_PACKED 1" in f32 and "#define DISC_GEMM_PACKED 0" in f64
 
 
 def test_gemm_helpers_of_two_dtypes_share_a_module(tmp_path) -> None:
@@ -123,4 +124,37 @@ def test_gemm_helpers_of_two_dtypes_share_a_module(tmp_path) -> None:
     for n in (1, 5, 33):
         xs, ys = rng.standard_normal((n, 8)).astype(np.float32), rng.standard_normal((8, n))
         for got, want in zip(exe.run([xs, ys]), interpret(g, [xs, ys])):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_weights_read_from_module_inputs_are_listed_for_packing(tmp_path) -> None:
+    """``pack_inputs``: the f32 module inputs a GEMM reads as a weight every row shares,
+    laid out [N, K] (torch's Linear) or [K, N] (transformers' Conv1D); not a per-batch
+    operand, an operand computed in the module, or an f64 one (MKL packs f32 only)."""
+    b = GraphBuilder("weights")
+    M, B = b.symbol("M"), b.symbol("B")
+    x = b.input("x", "f32", [M, 8])
+    w_nk = b.input("w_nk", "f32", [16, 8])
+    w_kn = b.input("w_kn", "f32", [16, 4])
+    per_batch = b.input("per_batch", "f32", [B, 8, 3])
+    xb = b.input("xb", "f32", [B, M, 8])
+    d64 = b.input("d64", "f64", [8, 2])
+    plain = dict(lhs_batch=[], rhs_batch=[])
+    h = b.dot_general(x, w_nk, lhs_contract=[1], rhs_contract=[1], **plain)  # [M, 16]
+    g = b.build(b.dot_general(h, w_kn, lhs_contract=[1], rhs_contract=[0], **plain),
+                b.dot_general(xb, per_batch, lhs_batch=[0], rhs_batch=[0],
+                              lhs_contract=[2], rhs_contract=[1]),
+                b.dot_general(b.cast(x, "f64"), d64, lhs_contract=[1], rhs_contract=[0],
+                              **plain),
+                b.dot_general(x, b.mul(w_nk, w_nk), lhs_contract=[1], rhs_contract=[1],
+                              **plain))
+    exe = Compiler(CompileCache(tmp_path), target="native").compile(g)
+    assert exe.artifact.engine == "native", exe.artifact.metadata.get("native_fallback")
+    assert exe.artifact.metadata["native"]["pack_inputs"] == [1, 2]
+    rng = np.random.default_rng(5)
+    for m, nb in ((1, 2), (20, 3)):
+        args = [rng.standard_normal(s).astype(np.float32)
+                for s in ((m, 8), (16, 8), (16, 4), (nb, 8, 3), (nb, m, 8))]
+        args.append(rng.standard_normal((8, 2)))
+        for got, want in zip(exe.run(args), interpret(g, args)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -35,7 +35,7 @@ from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 from .options import RUNTIME_OPTIONS
 from .thread_counters import ThreadCounters
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 MODULE_FILE = "native/module.so"
 
 #: The C contract between a compiled module and this engine, in one place: disc-core's
@@ -63,6 +63,15 @@ typedef struct {
      copies), [2 + i] nanoseconds of step i as the artifact's metadata lists them
      (native.profile) */
   int64_t *profile;
+  /* optional (NULL: none): per input, 0 or a stamp promising the input holds the same
+     values at every call passing the same stamp (a frozen weight). A GEMM reading such
+     an input as its weight keeps it packed in the BLAS's format between calls, when the
+     three functions below are set (MKL's ILP64 sgemm_pack_get_size_64_, sgemm_pack_64_,
+     sgemm_compute_64_; NULL elsewhere). */
+  const uint64_t *in_stamps;
+  void *sgemm_pack_get_size;
+  void *sgemm_pack;
+  void *sgemm_compute;
 } disc_env;
 """
 ABI_ENTRY = """
@@ -124,7 +133,13 @@ int64_t disc_output_dims(const int64_t *in_shapes, int64_t n_in, int64_t *out_di
 # cffi rather than ctypes: a call plus its output callback costs a few microseconds,
 # which is the per-call overhead budget for small tensors.
 _ffi = cffi.FFI()
-_ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES + OUTPUT_DIMS_ENTRY)
+#: An optional module export (modules of ABI 6 export it): how many times the module's
+#: GEMMs packed a frozen weight (``disc_env.in_stamps``), for tests and reports.
+PACK_COUNT_ENTRY = """
+int64_t disc_pack_count(void);
+"""
+
+_ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES + OUTPUT_DIMS_ENTRY + PACK_COUNT_ENTRY)
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 _now = time.perf_counter
 
@@ -223,6 +238,10 @@ GEMM_SYMBOLS: tuple[tuple[str, str], ...] = (
     ("scipy_sgemm_64_", "scipy_dgemm_64_"),
     ("sgemm_64_", "dgemm_64_"),
 )
+#: export names of MKL's packed f32 GEMM (size, pack, compute), ILP64 Fortran interface:
+#: looked up beside ``sgemm_64_`` only (numpy's OpenBLAS has none)
+PACKED_GEMM_SYMBOLS: tuple[str, str, str] = (
+    "sgemm_pack_get_size_64_", "sgemm_pack_64_", "sgemm_compute_64_")
 #: export names of the per-thread thread-count setter (``int f(int)``), tried in order
 THREADS_LOCAL_SYMBOLS: tuple[str, ...] = (
     "openblas_set_num_threads_local", "MKL_Set_Num_Threads_Local",
@@ -423,6 +442,33 @@ def blas_functions() -> BlasFunctions:
     return _record(None, BlasFunctions(0, 0, 0), "no ILP64 BLAS found")
 
 
+def packed_gemm_functions() -> tuple[int, int, int]:
+    """Addresses of MKL's packed f32 GEMM (ILP64 Fortran ``sgemm_pack_get_size_64_``,
+    ``sgemm_pack_64_``, ``sgemm_compute_64_``) in the library :func:`blas_functions`
+    chose, or zeros: where f32 GEMMs go to oneDNN, or the library is not MKL. Modules
+    keep GEMM weights a caller stamps as frozen packed between calls with them
+    (``disc_env.in_stamps``)."""
+    fns = blas_functions()
+    path = _choice.get("library")
+    if not path or fns.sgemm_rowmajor:
+        return (0, 0, 0)
+    return _packed_symbols(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _packed_symbols(path: str) -> tuple[int, int, int]:
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return (0, 0, 0)
+    found = tuple(_symbol_address(lib, name) for name in PACKED_GEMM_SYMBOLS)
+    if not all(found) or not _symbol_address(lib, "sgemm_64_"):
+        return (0, 0, 0)
+    return found  # type: ignore[return-value]
+
+
 def blas_thread_setter() -> int:
     """Address of the BLAS's per-thread thread-count setter (``int f(int)``), or 0.
 
@@ -479,11 +525,16 @@ class NativeModule:
         self.n_out = len(self.out_dtypes)
         self.in_specs = [(numpy_dtype(s.dtype), s.rank) for s in sig.inputs]
         self.num_counters = len(artifact.metadata.get("native", {}).get("counters", []))
-        sgemm, dgemm, local, rowmajor = blas_functions()
-        self.sgemm = _ffi.cast("void *", sgemm)
-        self.dgemm = _ffi.cast("void *", dgemm)
-        self.blas_threads_local = _ffi.cast("int (*)(int)", local)
-        self.sgemm_rowmajor = _ffi.cast("void *", rowmajor)
+        fns = blas_functions()
+        self.sgemm = _ffi.cast("void *", fns.sgemm)
+        self.dgemm = _ffi.cast("void *", fns.dgemm)
+        self.blas_threads_local = _ffi.cast("int (*)(int)", fns.set_num_threads_local)
+        self.sgemm_rowmajor = _ffi.cast("void *", fns.sgemm_rowmajor)
+        self._packed_gemm = [_ffi.cast("void *", a) for a in packed_gemm_functions()]
+        #: inputs the module may keep packed as GEMM weights when a call stamps them
+        #: (``disc_env.in_stamps``): empty for modules built before, or with no such GEMM
+        self.pack_inputs: list[int] = list(
+            artifact.metadata.get("native", {}).get("pack_inputs", []))
         self._local = threading.local()
         #: what each profiled step is (name, kind, ops, shape), in slot order
         self.profile_steps: list[dict[str, Any]] = list(
@@ -533,6 +584,14 @@ class NativeModule:
         plans[dims] = plan
         return plan
 
+    def packs_made(self) -> int:
+        """How many times this module's GEMMs packed a stamped weight (0 for a module
+        without the export)."""
+        try:
+            return int(self.lib.disc_pack_count())
+        except AttributeError:
+            return 0
+
     # profiling --------------------------------------------------------------------------
     def start_profiling(self) -> None:
         """Time every step of every later call (a clock read per step: about 20 ns each,
@@ -578,6 +637,7 @@ class NativeModule:
             env.sgemm, env.dgemm = self.sgemm, self.dgemm
             env.blas_threads_local = self.blas_threads_local
             env.sgemm_rowmajor = self.sgemm_rowmajor
+            (env.sgemm_pack_get_size, env.sgemm_pack, env.sgemm_compute) = self._packed_gemm
         return slot
 
     def run(self, inputs: list[np.ndarray], *, allocate_output: Callable[..., Any] | None = None,
@@ -748,7 +808,8 @@ class _Slot:
     """Per-thread, reused call state: the env struct, its handle and the error buffer."""
 
     __slots__ = ("state", "handle", "env", "err", "busy", "table", "table_data", "table_env",
-                 "plan", "profile", "in_addresses", "in_data", "out_addresses")
+                 "plan", "profile", "in_addresses", "in_data", "out_addresses", "stamps",
+                 "stamped")
 
     def __init__(self, dtypes: Sequence[np.dtype], table_alloc: Any = None, n_in: int = 0):
         self.state = _CallState(dtypes, None)
@@ -770,6 +831,10 @@ class _Slot:
         self.in_addresses = _ffi.new("intptr_t[]", max(1, n_in))
         self.in_data = _ffi.cast("void **", self.in_addresses)
         self.out_addresses = _ffi.cast("intptr_t *", self.table_data)
+        # PointerCall's frozen-weight stamps (disc_env.in_stamps), set on table_env only
+        # while a call passes some
+        self.stamps = _ffi.new("uint64_t[]", max(1, n_in))
+        self.stamped = False
 
 
 def load_native_engine(artifact: Artifact) -> Callable[..., list[np.ndarray]]:
@@ -805,7 +870,8 @@ class PointerCall:
     allocates them and passes their addresses. Size-0 inputs and outputs must get a
     non-null address (:attr:`nonnull`), as ``run`` gives them."""
 
-    __slots__ = ("_module", "_stats", "_stats_local", "in_specs", "nonnull", "out_dtypes")
+    __slots__ = ("_module", "_stats", "_stats_local", "in_specs", "nonnull", "out_dtypes",
+                 "pack_inputs")
 
     def __init__(self, module: NativeModule, stats: ThreadCounters | None = None):
         """``stats``: [calls, input errors, engine errors, seconds] counters to count
@@ -819,6 +885,9 @@ class PointerCall:
         self.out_dtypes = list(module.out_dtypes)
         #: an address to pass for a size-0 tensor (whose own may be 0)
         self.nonnull = int(_ffi.cast("intptr_t", _NONNULL))
+        #: inputs a GEMM reads as its weight: a call may stamp them (``stamps``) so that
+        #: the module keeps them packed between calls; empty when the BLAS cannot pack
+        self.pack_inputs = list(module.pack_inputs) if module._packed_gemm[0] else []
 
     def plan(self, dims: tuple[int, ...]) -> _Plan | None:
         """The output shapes (``plan.shapes``) of a call on these input dims (every
@@ -827,10 +896,15 @@ class PointerCall:
         return self._module.plan_for(dims)
 
     def __call__(self, plan: _Plan, in_addresses: list[int], dims: list[int],
-                 out_addresses: list[int]) -> bool:
+                 out_addresses: list[int], stamps: list[int] | None = None) -> bool:
         """One call of the module; False (nothing written) when it asked for output shapes
         other than ``plan``'s (its outputs depend on values: use ``run`` from now on).
-        Raises :class:`InputError` with the module's words when it rejects the inputs."""
+        Raises :class:`InputError` with the module's words when it rejects the inputs.
+
+        ``stamps``: per input, 0 or a stamp (< 2**64) the caller gives only while that
+        input's values stay the same (a frozen weight; a new stamp after any change): the
+        module keeps the :attr:`pack_inputs` so stamped packed for the BLAS between
+        calls."""
         module = self._module
         slot = getattr(module._local, "slot", None)
         if slot is None or slot.busy:
@@ -847,6 +921,14 @@ class PointerCall:
             slot.table.dims = plan.dims
             slot.plan = plan
         env = slot.table_env
+        if stamps:
+            slot.stamps[0:n_in] = stamps
+            if not slot.stamped:
+                env.in_stamps = slot.stamps
+                slot.stamped = True
+        elif slot.stamped:
+            env.in_stamps = _ffi.NULL
+            slot.stamped = False
         if slot.profile is not module._profile_ptr:
             env.profile = slot.profile = module._profile_ptr
         start = _now()

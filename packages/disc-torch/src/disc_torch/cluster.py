@@ -26,6 +26,7 @@ from disc_core.native import fusion_count, launch_counts
 from disc_core.report import KernelTime, ReasonCode, get_collector
 from disc_core.symbolic import parse_expr, solve_linear
 
+from . import frozen_weights
 from .context import TORCH_DTYPES
 from .fallback import NOTICE, DiscFallbackWarning, warn_once
 from .lowering import LoweredCluster
@@ -112,6 +113,7 @@ class ClusterModule(torch.nn.Module):
         self._profile = profile
         self._dump_key: str | None = None
         self._pointer: Any = None  # the executable's raw-address call (attach_frozen)
+        self._pack_args: list[tuple[int, int]] = []
         self._last_plan: tuple[list[int], Any] = ([], None)
 
     def building(self, lowered: LoweredCluster, future: Future) -> None:
@@ -170,6 +172,11 @@ class ClusterModule(torch.nn.Module):
         self._exe = executable
         self._pointer, self._pointer_specs, self._out_dtypes = _pointer_path(
             executable, self._tensor_args, len(self._sources))
+        #: (module input, argument position) of the weights its GEMMs may keep packed
+        #: while frozen (:mod:`disc_torch.frozen_weights`)
+        self._pack_args = [(j, self._pointer_specs[j][0]) for j in
+                           getattr(self._pointer, "pack_inputs", ())
+                           if j < len(self._pointer_specs)]
         self._last_plan = ([], None)  # a plan of another executable would not fit
         #: its key while its first call's inputs are still to be saved (DISC_BISECT_DUMP)
         self._dump_key = executable.artifact.key if selection.dump_dir() else None
@@ -294,6 +301,11 @@ class ClusterModule(torch.nn.Module):
                 plan = call.plan(tuple(dims))
                 if plan is not None:
                     self._last_plan = (dims, plan)
+            stamps = None
+            if self._pack_args and frozen_weights.any_frozen():
+                stamps = [0] * len(addresses)
+                for j, i in self._pack_args:
+                    stamps[j] = frozen_weights.stamp(args[i])
             if plan is not None:  # output shapes known for these dims
                 outs: list[torch.Tensor] = []
                 out_addresses: list[int] = []
@@ -301,7 +313,7 @@ class ClusterModule(torch.nn.Module):
                     out = _empty_strided(shape, strides, dtype)
                     outs.append(out)
                     out_addresses.append(out.data_ptr() or nonnull)
-                if call(plan, addresses, dims, out_addresses):
+                if call(plan, addresses, dims, out_addresses, stamps):
                     return outs
                 self._last_plan = ([], None)  # the module plans no more (value-dependent)
         return self._run_arrays(args)

@@ -163,7 +163,7 @@ def native_build(info: ModuleInfo, plan: FusionPlan, module: CompiledModule, dat
     ``module.path``; ``seconds``: lowering to linking)."""
     meta = {
         "abi": ABI_VERSION, "counters": info.counters, "kernels": info.kernels,
-        "profile": info.profile,
+        "profile": info.profile, "pack_inputs": info.pack_inputs,
         "units": len(info.sources), "helper_units": len(info.helper_units),
         "fusion": plan.summary(), "needs_blas": info.needs_blas,
         "cc_seconds": round(module.cc_seconds, 4), "build_seconds": round(seconds, 4),

@@ -37,6 +37,9 @@ class ModuleInfo:
     profile: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     gemm_dtypes: set[DType] = field(default_factory=set)  # dtypes of its GEMM calls
+    #: inputs some GEMM reads as a weight it may keep packed when the caller stamps them
+    #: (``disc_env.in_stamps``, csrc/gemm.c)
+    pack_inputs: list[int] = field(default_factory=list)
     #: C helpers of library calls other than GEMMs (``OpDef.library_call``), by name:
     #: compiled into the module, or (``linked_helpers``) into objects of their own
     helpers: dict[str, str] = field(default_factory=dict)

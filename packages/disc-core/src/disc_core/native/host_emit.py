@@ -26,7 +26,7 @@ from .fusion import (
 from .gemm_epilogue import finish_epilogue, setup_epilogue, sum_buffers, sums_guard
 from .gemm_prologue import setup_prologue
 from .kernel_emit import vector_speculation
-from .library import emit_gemm, emit_scan, emit_scatter, is_gemm
+from .library import emit_gemm, emit_scan, emit_scatter, is_gemm, packable_weight
 
 
 def _is_constant(v: Value) -> bool:
@@ -227,6 +227,25 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
     n_syms = max(len(syms.index), 1)
     L.extend(_emit_bind(graph, syms))
     L.extend(_emit_output_dims(graph, syms, n_syms))
+    # GEMMs whose rhs is a module input laid out as a weight: a packed-weight slot each
+    # (csrc/gemm.c, Packed weights), zero-initialized, alive as long as the module
+    input_index = {id(v): i for i, v in enumerate(graph.inputs)}
+    pack_of: dict[int, tuple[int, int]] = {}
+    for s in plan.steps:
+        if isinstance(s, LibraryCall) and is_gemm(s.op):
+            index = packable_weight(s.op, input_index)
+            if index is not None:
+                pack_of[id(s.op)] = (len(pack_of), index)
+    info.pack_inputs = sorted({index for _, index in pack_of.values()})
+    if pack_of:
+        w(f"static disc_pack_slot disc_pack_slots[{len(pack_of)}];")
+    w("int64_t disc_pack_count(void) {")
+    w("  int64_t n = 0;")
+    if pack_of:
+        w(f"  for (int i = 0; i < {len(pack_of)}; ++i) "
+          "n += __atomic_load_n(&disc_pack_slots[i].packs, __ATOMIC_RELAXED);")
+    w("  return n;")
+    w("}")
     w("int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in, "
       "const disc_env *env, char *err, int64_t errlen) {")
     w(f"  int64_t S[{n_syms}] = {{0}};")
@@ -333,9 +352,10 @@ def emit_host(graph: Graph, plan: FusionPlan, syms: Symbols, consts: Constants,
                     lines, epi = setup_epilogue(s, ptr, syms, info)
                     pre += lines
                 post = finish_epilogue(s, ptr) if s.epilogue is not None else []
-                L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro), *post])
+                pack = pack_of.get(id(s.op))
+                L.extend(["  {", *pre, *emit_gemm(s.op, ptr, syms, epi, pro, pack), *post])
                 if guard is not None and s.epilogue is not None:
-                    L.extend(["  } else {", *emit_gemm(s.op, ptr, syms, None, pro)])
+                    L.extend(["  } else {", *emit_gemm(s.op, ptr, syms, None, pro, pack)])
                     _emit_launch(s.epilogue, ptr, syms, info, w)
                     w("  }")
                 w("  }")

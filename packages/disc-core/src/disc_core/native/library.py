@@ -60,15 +60,33 @@ def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | No
     return ta, tb, lfree, lc, rfree
 
 
+def packable_weight(op: Op, inputs: dict[int, int]) -> int | None:
+    """The module input ``op`` (a GEMM) reads as its rhs, [N, K] or [K, N] (a weight as
+    torch's Linear or transformers' Conv1D keep it), when it is f32 and every batch shares
+    it (or there is no batch): the helper may keep that input packed
+    between calls (``csrc/gemm.c``, Packed weights) when the caller stamps it. ``inputs``
+    maps id() of the module's inputs to their positions."""
+    lhs, rhs = op.operands
+    layout = gemm_layout(op)
+    if layout is None or lhs.dtype is not DType.F32:
+        return None
+    src = batch_shared_source(op, 1)
+    if src is None and op.attrs["lhs_batch"]:
+        return None  # a weight per batch (a bmm): nothing to reuse
+    return inputs.get(id(src if src is not None else rhs))
+
+
 def emit_gemm(op: Op, ptr: Ptr, syms: Symbols,
               epilogue: tuple[str, str, str, str] | None = None,
-              prologue: tuple[str, str, str, int] | None = None) -> list[str]:
+              prologue: tuple[str, str, str, int] | None = None,
+              pack: tuple[int, int] | None = None) -> list[str]:
     """One call of the module's GEMM helper (:func:`gemm_helper`) for ``op``; with
     ``epilogue`` = C expressions (function, its tensor array, kernel rows per row of C,
     counters or NULL) the helper runs that fused kernel on each block of rows it computes
     (``gemm_epilogue``); with ``prologue`` = (function, its input array, kernel rows per
     operand row, operand: 0 lhs, 1 rhs) that operand is made block by block by that kernel
-    (``gemm_prologue``)."""
+    (``gemm_prologue``); with ``pack`` = (slot, module input) the rhs, that input, may be
+    kept packed in ``disc_pack_slots[slot]`` (:func:`packable_weight`)."""
     lhs, rhs = op.operands
     dt = lhs.dtype
     if dt not in (DType.F32, DType.F64):
@@ -98,10 +116,14 @@ def emit_gemm(op: Op, ptr: Ptr, syms: Symbols,
     if prologue is not None:  # the helper's last argument: 1 when it makes the lhs
         fn, args, q, _ = prologue
         pro = f"{fn}, {args}, {q}, {int(made == 0)}"
+    packed = "NULL, 0"
+    if pack is not None and made != 1:
+        slot, index = pack
+        packed = f"&disc_pack_slots[{slot}], env->in_stamps ? env->in_stamps[{index}] : 0"
     return [
         f"  {{ const int rc = disc_gemm_{t}(env, {int(ta == 112)}, {int(tb == 112)}, {M}, {N}, "
         f"{K}, {B}, {shared}, (const {t} *){a_ptr}, (const {t} *){b_ptr}, "
-        f"({t} *){ptr(op.results[0])}, {epi}, {pro});",
+        f"({t} *){ptr(op.results[0])}, {epi}, {pro}, {packed});",
         f"    if (rc == 1) DISC_FAIL(\"no BLAS {'sgemm' if dt is DType.F32 else 'dgemm'} was "
         "provided to this module\");",
         "    if (rc) DISC_FAIL(\"out of memory for a GEMM's partial sums\"); }",
@@ -118,7 +140,8 @@ def gemm_helper(dt: DType) -> str:
     params = {"DISC_GEMM_NAME": f"disc_gemm_{t}", "DISC_GEMM_T": t,
               "DISC_GEMM_BLAS": "sgemm" if f32 else "dgemm",
               "DISC_GEMM_BLAS_FN": "disc_sgemm_fn" if f32 else "disc_dgemm_fn",
-              "DISC_GEMM_ROWMAJOR": "1" if f32 else "0"}
+              "DISC_GEMM_ROWMAJOR": "1" if f32 else "0",
+              "DISC_GEMM_PACKED": "1" if f32 else "0"}
     return ("".join(f"#define {k} {v}\n" for k, v in params.items()) + c_source("gemm.c")
             + "".join(f"#undef {k}\n" for k in params))
 

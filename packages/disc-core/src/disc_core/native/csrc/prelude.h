@@ -226,6 +226,18 @@ typedef void (*disc_dgemm_fn)(const char *, const char *, const int64_t *, const
                               const int64_t *, const double *, const double *,
                               const int64_t *, const double *, const int64_t *,
                               const double *, double *, const int64_t *, size_t, size_t);
+/* MKL's packed-operand f32 GEMM, ILP64 Fortran interface (disc_env.sgemm_pack_get_size,
+   sgemm_pack, sgemm_compute): the bytes a packed operand takes, packing it (op(A), alpha
+   applied), and C = op(A) op(B) + beta C with a packed A ("P" as its transpose flag) */
+typedef size_t (*disc_sgemm_pack_get_size_fn)(const char *, const int64_t *, const int64_t *,
+                                              const int64_t *, size_t);
+typedef void (*disc_sgemm_pack_fn)(const char *, const char *, const int64_t *,
+                                   const int64_t *, const int64_t *, const float *,
+                                   const float *, const int64_t *, float *, size_t, size_t);
+typedef void (*disc_sgemm_compute_fn)(const char *, const char *, const int64_t *,
+                                      const int64_t *, const int64_t *, const float *,
+                                      const int64_t *, const float *, const int64_t *,
+                                      const float *, float *, const int64_t *, size_t, size_t);
 /* row-major f32 GEMM with oneDNN's dnnl_sgemm signature (disc_env.sgemm_rowmajor) */
 typedef int (*disc_sgemm_rowmajor_fn)(char, char, int64_t, int64_t, int64_t, float,
                                       const float *, int64_t, const float *, int64_t, float,
