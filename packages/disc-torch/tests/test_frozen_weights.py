@@ -84,7 +84,9 @@ class Conv1D(nn.Module):
         return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(shape)
 
 
-def test_a_weight_laid_out_in_by_out_is_packed_too():
+def test_a_weight_laid_out_in_by_out_is_left_to_plain_sgemm():
+    """[K, N] weights measured no faster packed (library.packable_weight): they stay
+    unpacked, with the right results."""
     torch.manual_seed(0)
     model = Conv1D().eval()
     compiled = aot_compile(model, (torch.randn(2, 5, 64),), freeze_weights=True)
@@ -92,7 +94,7 @@ def test_a_weight_laid_out_in_by_out_is_packed_too():
         for shape in [(1, 3), (2, 9), (1, 40), (2, 70)]:
             x = torch.randn(*shape, 64)
             assert_same(compiled(x), model(x))
-    assert packs(compiled) == 1
+    assert packs(compiled) == 0
 
 
 def test_changed_weights_are_packed_again():

@@ -36,8 +36,9 @@
    the plain GEMM would split K (a small C over a long K), the rhs is made whole first.
 
    Packed weights (pack not NULL, pack_stamp nonzero, the BLAS has MKL's packed GEMM in
-   disc_env): the rhs is a module input (a weight: [N, K] as torch's Linear keeps it, or
-   [K, N] as transformers' Conv1D does) that the
+   disc_env): the rhs is a module input (a weight: [N, K] as torch's Linear keeps it; the
+   code takes [K, N] too, which core's lowering does not choose, library.packable_weight)
+   that the
    caller promises holds the same values at every call passing the same stamp
    (disc_env.in_stamps: weights the bridge froze). The first such call packs it into the
    BLAS's own format (sgemm_pack, in column panels, one per member of the team) and keeps
