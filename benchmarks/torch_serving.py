@@ -20,8 +20,9 @@ Contenders:
   packed format between calls (the same library, its packed API: the GEMMs of 16-127
   rows skip the packing plain sgemm repeats on every call).
 
-Models (transformers, built from configs, no download; hidden 256, 2 layers, 4 heads,
-vocabulary 1000, eval mode): ``gpt2`` (``GPT2LMHeadModel``, the logits of ``input_ids``)
+Models (transformers, built from configs, no download; hidden 256 (``--hidden``; 768 is
+GPT-2 small's and BERT-base's width, with 12 heads), 2 layers, 4 heads, vocabulary 1000,
+eval mode): ``gpt2`` (``GPT2LMHeadModel``, the logits of ``input_ids``)
 and ``bert`` (``BertModel``, the last hidden state of ``input_ids`` and an
 ``attention_mask`` whose last positions are padding). Lengths: 20 from 5 to 252
 (``--quick``: 6); each contender is first called once on every length (the first pass,
@@ -52,6 +53,9 @@ def parse_args(argv: list[str] | None = None):
     p = harness.parser(__doc__, "2 models' smaller configs, 6 lengths, 2 rounds")
     p.add_argument("--models", default="gpt2,bert")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--hidden", type=int, default=256,
+                   help="hidden size (768: GPT-2 small's and BERT-base's width; the "
+                        "feed-forward is 4x, 12 heads then)")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile (Inductor)")
     return p.parse_args(argv)
 
@@ -62,7 +66,9 @@ CONTENDERS = ("eager", "inductor", "disc", "disc_aot", "disc_aot_frozen")
 
 
 def _config(quick: bool) -> dict[str, Any]:
-    return dict(vocab_size=1000, hidden=64 if quick else 256, layers=1 if quick else 2)
+    hidden = 64 if quick else ARGS.hidden
+    return dict(vocab_size=1000, hidden=hidden, layers=1 if quick else 2,
+                heads=12 if hidden % 64 == 0 and hidden >= 768 else 4)
 
 
 class GPT2Logits(torch.nn.Module):
@@ -74,7 +80,8 @@ class GPT2Logits(torch.nn.Module):
 
         c = _config(quick)
         self.model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=c["vocab_size"], n_embd=c["hidden"], n_layer=c["layers"], n_head=4,
+            vocab_size=c["vocab_size"], n_embd=c["hidden"], n_layer=c["layers"],
+            n_head=c["heads"],
             n_positions=512, use_cache=False))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -91,7 +98,7 @@ class BertEncoder(torch.nn.Module):
         c = _config(quick)
         self.model = transformers.BertModel(transformers.BertConfig(
             vocab_size=c["vocab_size"], hidden_size=c["hidden"],
-            num_hidden_layers=c["layers"], num_attention_heads=4,
+            num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
             intermediate_size=4 * c["hidden"], max_position_embeddings=512),
             add_pooling_layer=False)
 
@@ -190,7 +197,8 @@ def run_model(name: str, lengths: list[int], names: list[str]) -> dict[str, Any]
         ratios.update({f"{n}_vs_inductor": round(harness.median_ratio(medians, "inductor", n), 3)
                        for n in names if n not in ("eager", "inductor")})
     return {
-        "model": name, "batch": ARGS.batch, "lengths": lengths, "threads": THREADS,
+        "model": name, "batch": ARGS.batch, "hidden": _config(ARGS.quick)["hidden"],
+        "lengths": lengths, "threads": THREADS,
         "ratios": ratios,
         "median_ms": {n: round(statistics.median(v), 4) for n, v in ms.items()},
         "per_length_ms": ms,

@@ -192,3 +192,46 @@ def test_a_dead_model_leaves_no_frozen_entry():
     del model, compiled
     gc.collect()
     assert len(frozen_weights._FROZEN) == before
+
+
+def _live_cluster_packs() -> int:
+    """Packs made by the native modules of every live cluster (torch.compile's clusters
+    are not reachable from the compiled function)."""
+    import gc
+
+    from disc_torch.cluster import ClusterModule
+
+    modules = {}
+    for obj in gc.get_objects():
+        try:
+            if type(obj) is ClusterModule and obj._pointer is not None:
+                modules[id(obj._pointer._module)] = obj._pointer._module
+        except ReferenceError:  # a dead weak proxy
+            continue
+    return sum(m.packs_made() for m in modules.values())
+
+
+def test_torch_compile_packs_the_weights_of_a_frozen_module():
+    import disc_torch
+
+    torch.manual_seed(3)
+    model = disc_torch.freeze_weights(Mlp(d=48, hidden=160).eval())
+    compiled = torch.compile(model, backend="disc", dynamic=True)
+    before = _live_cluster_packs()
+    try:
+        with torch.no_grad():
+            # batches of 2 or more: torch.compile traces a batch of 1 as a graph of its own
+            for shape in [(2, 9), (2, 40), (3, 21), (2, 3), (2, 90)]:
+                x = torch.randn(*shape, 48)
+                assert_same(compiled(x), model(x))
+            assert _live_cluster_packs() - before == 2
+            model.fc.weight.add_(0.5)
+            x = torch.randn(2, 9, 48)
+            assert_same(compiled(x), model(x))
+            assert _live_cluster_packs() - before == 3
+            disc_torch.unfreeze_weights(model)
+            model.out.weight.add_(0.5)
+            assert_same(compiled(x), model(x))
+            assert _live_cluster_packs() - before == 3
+    finally:
+        disc_torch.unfreeze_weights(model)

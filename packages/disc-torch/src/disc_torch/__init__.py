@@ -38,13 +38,18 @@ __all__ = [
     "check_framework_version",
     "compile_count",
     "disc_backend",
+    "freeze_weights",
     "optimize",
+    "refresh_weights",
     "report",
+    "unfreeze_weights",
 ]
 
 _LAZY = {"DiscConfig": "config", "disc_backend": "backend", "optimize": "backend",
          "aot_compile": "aot", "aot_load": "aot", "AotCompiled": "aot",
-         "AotInputError": "aot", "AotLoadError": "aot"}
+         "AotInputError": "aot", "AotLoadError": "aot",
+         "freeze_weights": "frozen_weights", "unfreeze_weights": "frozen_weights",
+         "refresh_weights": "frozen_weights"}
 
 
 def __getattr__(name: str) -> Any:
