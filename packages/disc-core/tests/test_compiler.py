@@ -195,3 +195,35 @@ def test_a_cache_shared_by_another_cpu_builds_its_own_module(tmp_path, monkeypat
     exe, source = other_cpu.compile_text(str(softmax_graph()), [("float32", 2)])
     assert source == "miss" and other_cpu.stats.compiles == 1
     np.testing.assert_allclose(exe.run([x])[0], np_softmax(x), rtol=1e-6, atol=1e-7)
+
+
+_BF16_IN_A_FRESH_PROCESS = """
+import sys
+import numpy as np
+from disc_core import Compiler, GraphBuilder, interpret
+from disc_runtime import CompileCache
+
+assert "ml_dtypes" not in sys.modules, "importing disc_core imported ml_dtypes"
+b = GraphBuilder("bf16")
+n = b.symbol("N")
+x = b.input("x", "bf16", [n, 4])
+g = b.build(b.add(b.mul(x, x), x))
+exe = Compiler(CompileCache(sys.argv[1]), target="native").compile(g)  # reference engine
+assert "ml_dtypes" in sys.modules, "a bfloat16 signature loaded without numpy's bfloat16"
+import ml_dtypes
+xs = (np.arange(12, dtype=np.float32).reshape(3, 4) / 4).astype(ml_dtypes.bfloat16)
+got, = exe.run([xs])
+want, = interpret(g, [xs])
+assert got.dtype.name == "bfloat16", got.dtype
+np.testing.assert_array_equal(got.astype(np.float32), np.asarray(want).astype(np.float32))
+print("ok")
+"""
+
+
+def test_ml_dtypes_waits_for_a_bfloat16_graph(tmp_path):
+    """disc_core imports ml_dtypes (about 1 s) only for a graph that needs numpy's
+    bfloat16; the runtime, which never imports it, then resolves the artifact's dtype."""
+    r = subprocess.run([sys.executable, "-c", _BF16_IN_A_FRESH_PROCESS, str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "ok"

@@ -26,6 +26,7 @@ from disc_runtime import (
 )
 
 from . import engine
+from .dtypes import load_bfloat16
 from .fingerprint import compiler_fingerprint, source_fingerprint
 from .ir import Graph
 from .native.build import native_target
@@ -121,7 +122,7 @@ class Compiler:
         t0 = time.perf_counter()
         artifact, source = self.cache.get_or_build(
             key, lambda path: self._build(text, key, path, graph, compiling))
-        exe = Executable.load(artifact)
+        exe = Executable.load(with_dtypes_loaded(artifact))
         self.stats.record(source, time.perf_counter() - t0)
         with self._lock:
             self._executables.setdefault(key, exe)
@@ -164,3 +165,12 @@ class JitFunction:
 def jit(graph: Graph, *, cache: CompileCache | None = None, target: str = "auto"
         ) -> JitFunction:
     return JitFunction(graph, Compiler(cache, target=target))
+
+
+def with_dtypes_loaded(artifact: Any) -> Any:
+    """``artifact``, after registering numpy's bfloat16 when its signature names it:
+    disc-runtime resolves that name only once someone has (``dtypes.load_bfloat16``)."""
+    sig = artifact.signature
+    if any(spec.dtype == "bfloat16" for spec in (*sig.inputs, *sig.outputs)):
+        load_bfloat16()
+    return artifact

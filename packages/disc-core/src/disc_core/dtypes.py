@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 
@@ -33,12 +32,12 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> np.dtype:
-        return _NUMPY[self]
+        return _numpy_dtype(self)
 
     @property
     def np_name(self) -> str:
         """The numpy dtype name, which is what disc-runtime signatures use."""
-        return _NUMPY[self].name
+        return _NAMES[self]
 
     @property
     def is_bool(self) -> bool:
@@ -58,11 +57,11 @@ class DType(enum.Enum):
 
     @property
     def bits(self) -> int:
-        return 8 if self is DType.BOOL else _NUMPY[self].itemsize * 8
+        return 8 if self is DType.BOOL else _ITEMSIZE[self] * 8
 
     @property
     def itemsize(self) -> int:
-        return _NUMPY[self].itemsize
+        return _ITEMSIZE[self]
 
     @property
     def compute_np(self) -> np.dtype:
@@ -71,7 +70,7 @@ class DType(enum.Enum):
         Half types are computed in float32 and rounded once, as frameworks do on CPU; this
         also sidesteps ml_dtypes' partial ufunc coverage for bfloat16.
         """
-        return np.dtype(np.float32) if self in (DType.F16, DType.BF16) else _NUMPY[self]
+        return np.dtype(np.float32) if self in (DType.F16, DType.BF16) else _numpy_dtype(self)
 
     def __str__(self) -> str:
         return self.value
@@ -80,6 +79,7 @@ class DType(enum.Enum):
         return f"DType.{self.name}"
 
 
+#: numpy dtypes; bfloat16's is added by :func:`_numpy_dtype` on first use
 _NUMPY: dict[DType, np.dtype] = {
     DType.BOOL: np.dtype(np.bool_),
     DType.I8: np.dtype(np.int8),
@@ -88,16 +88,36 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.I64: np.dtype(np.int64),
     DType.U8: np.dtype(np.uint8),
     DType.F16: np.dtype(np.float16),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16),
     DType.F32: np.dtype(np.float32),
     DType.F64: np.dtype(np.float64),
 }
+_NAMES: dict[DType, str] = {**{d: t.name for d, t in _NUMPY.items()}, DType.BF16: "bfloat16"}
+_ITEMSIZE: dict[DType, int] = {**{d: t.itemsize for d, t in _NUMPY.items()}, DType.BF16: 2}
+
+
+def _numpy_dtype(d: DType) -> np.dtype:
+    """``d``'s numpy dtype. bfloat16's comes from ml_dtypes, imported here on first use:
+    its import took about 1 s of every process start (a server loading a compiled f32
+    model among them) when this module imported it unconditionally."""
+    found = _NUMPY.get(d)
+    if found is None:
+        import ml_dtypes
+
+        found = _NUMPY[d] = np.dtype(ml_dtypes.bfloat16)
+    return found
+
+
+def load_bfloat16() -> None:
+    """Register numpy's bfloat16 (ml_dtypes) in this process: disc-runtime resolves the
+    name only when someone has (it never imports ml_dtypes itself), so whoever hands it an
+    artifact whose signature names bfloat16 calls this first."""
+    _numpy_dtype(DType.BF16)
 _FLOATS = frozenset({DType.F16, DType.BF16, DType.F32, DType.F64})
 _INTS = frozenset({DType.I8, DType.I16, DType.I32, DType.I64, DType.U8})
 _BY_NAME: dict[str, DType] = {}
 for _d in DType:
     _BY_NAME[_d.value] = _d
-    _BY_NAME[_NUMPY[_d].name] = _d
+    _BY_NAME[_NAMES[_d]] = _d
 _BY_NAME["bool_"] = DType.BOOL
 
 ALL_DTYPES: tuple[DType, ...] = tuple(DType)

@@ -152,6 +152,7 @@ def write_reproducer(folder: Path, key: str, artifact_dir: Path, *,
     ``folder`` and diagnose it; see the module docstring."""
     from disc_runtime import Artifact, Executable
 
+    from ..compiler import with_dtypes_loaded
     from ..engine import load_reference_engine
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,6 +188,7 @@ def write_reproducer(folder: Path, key: str, artifact_dir: Path, *,
     native = None
     if artifact.engine == "native":
         try:
+            with_dtypes_loaded(artifact)
             native = [np.asarray(r) for r in Executable.load(target).run(list(inputs))]
         except Exception as exc:
             native_check = Check("native engine", False, f"failed: {type(exc).__name__}: {exc}")
