@@ -12,6 +12,9 @@ Contenders:
 
 * eager: the model itself, under ``torch.no_grad()``;
 * inductor: ``torch.compile(model, dynamic=True)``;
+* inductor_frozen: the same with Inductor's ``freezing`` option (weights folded in as
+  constants and prepacked for oneDNN/MKL where Inductor does that): the peer of
+  disc_aot_frozen;
 * disc: ``torch.compile(model, backend="disc", dynamic=True)``;
 * disc_aot: ``disc_torch.aot_compile(model, example)``: ``torch.export`` once, DISC once,
   calls without dynamo (inputs checked against the exported signature); the result
@@ -62,7 +65,7 @@ def parse_args(argv: list[str] | None = None):
 
 ARGS = parse_args() if __name__ == "__main__" else parse_args([])
 torch, THREADS = provenance.import_torch_same_library(ARGS.threads)
-CONTENDERS = ("eager", "inductor", "disc", "disc_aot", "disc_aot_frozen")
+CONTENDERS = ("eager", "inductor", "inductor_frozen", "disc", "disc_aot", "disc_aot_frozen")
 
 
 def _config(quick: bool) -> dict[str, Any]:
@@ -134,6 +137,8 @@ def contender(name: str, model: torch.nn.Module, example: tuple[torch.Tensor, ..
         fn = model
     elif name == "inductor":
         fn = torch.compile(model, dynamic=True)
+    elif name == "inductor_frozen":
+        fn = torch.compile(model, dynamic=True, options={"freezing": True})
     elif name == "disc":
         fn = torch.compile(model, backend="disc", dynamic=True)
     else:
@@ -196,6 +201,9 @@ def run_model(name: str, lengths: list[int], names: list[str]) -> dict[str, Any]
     if "inductor" in names:
         ratios.update({f"{n}_vs_inductor": round(harness.median_ratio(medians, "inductor", n), 3)
                        for n in names if n not in ("eager", "inductor")})
+    if "inductor_frozen" in names and "disc_aot_frozen" in names:
+        ratios["disc_aot_frozen_vs_inductor_frozen"] = round(
+            harness.median_ratio(medians, "inductor_frozen", "disc_aot_frozen"), 3)
     return {
         "model": name, "batch": ARGS.batch, "hidden": _config(ARGS.quick)["hidden"],
         "lengths": lengths, "threads": THREADS,
@@ -226,7 +234,7 @@ def main() -> int:
         provenance.torch_same_library(), provenance.host_speed())
     print(provenance.headline(info), flush=True)
     lengths = [5 + 13 * i for i in range(6 if ARGS.quick else 20)]
-    names = [n for n in CONTENDERS if not (ARGS.no_inductor and n == "inductor")]
+    names = [n for n in CONTENDERS if not (ARGS.no_inductor and n.startswith("inductor"))]
     rows = []
     for m in ARGS.models.split(","):
         r = run_model(m, lengths, names)

@@ -14,11 +14,13 @@ The contract is inference (AOTInductor's): outputs carry no autograd history, so
 that requires grad while grad mode is on is refused rather than given silently missing
 gradients. Parameters and buffers are the model's own tensors, read in place: in-place
 updates (``load_state_dict``, an optimizer step elsewhere) are seen, and buffers the
-program mutates are written back. A failure inside DISC never breaks the caller: a
-program DISC cannot partition runs eagerly (warned once, in the report), and a cluster
-failing at run time falls back as under ``torch.compile``. Bad input (another count,
-dtype, rank, device, or a size the program fixed) raises :class:`AotInputError` naming
-what the program expects.
+program mutates are written back. Tensors replaced rather than updated
+(``param.data = other``, ``load_state_dict(..., assign=True)``) are not: the compiled
+model keeps the ones it was compiled with (compile again, or ``aot_load(path, model)``).
+A failure inside DISC never breaks the caller: a program DISC cannot partition runs
+eagerly (warned once, in the report), and a cluster failing at run time falls back as
+under ``torch.compile``. Bad input (another count, dtype, rank, device, or a size the
+program fixed) raises :class:`AotInputError` naming what the program expects.
 
 With ``freeze_weights=True`` the caller promises what AOTInductor's constants and
 Inductor's ``freezing`` assume: the weights change only through ops torch versions

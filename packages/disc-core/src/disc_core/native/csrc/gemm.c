@@ -146,9 +146,9 @@ static void disc_pack_acquire(disc_pack_slot *s) {
     }
 }
 static void disc_pack_release(disc_pack_slot *s) { __atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE); }
-/* the slot's panels of weight W ([N, K] when tb, else [K, N]) under stamp, packing them when the slot holds
-   another weight and no call reads it; NULL (run unpacked) otherwise. A non-NULL result
-   counts this call as a user until disc_pack_done. */
+/* the slot's panels of weight W ([N, K] when tb, else [K, N]) under stamp, packing them
+   when the slot holds another weight and no call reads it; NULL (run unpacked) otherwise.
+   A non-NULL result counts this call as a user until disc_pack_done. */
 static char *disc_pack_panels(const disc_env *env, disc_pack_slot *s, uint64_t stamp,
                               const float *W, int64_t N, int64_t K, int tb) {
   char *panels = NULL;
