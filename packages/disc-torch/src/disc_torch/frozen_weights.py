@@ -87,10 +87,11 @@ def refresh(tensors: list[torch.Tensor] | None = None) -> None:
     """New stamps for these frozen tensors (all when None): after writes their version
     counter did not see."""
     with _lock:
-        entries = (_FROZEN.values() if tensors is None
-                   else [_FROZEN[id(t)] for t in tensors if id(t) in _FROZEN])
-        for entry in entries:
-            entry.value = 0
+        entries = (list(_FROZEN.values()) if tensors is None
+                   else [_FROZEN.get(id(t)) for t in tensors])
+        for entry, t in zip(entries, tensors or [None] * len(entries)):
+            if entry is not None and (t is None or entry.ref() is t):
+                entry.value = 0
 
 
 def any_frozen() -> bool:

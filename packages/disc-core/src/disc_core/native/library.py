@@ -63,9 +63,9 @@ def gemm_layout(op: Op) -> tuple[int, int, list[int], list[int], list[int]] | No
 def packable_weight(op: Op, inputs: dict[int, int]) -> int | None:
     """The module input ``op`` (a GEMM) reads as its rhs laid out [N, K] (a weight as
     torch's Linear keeps it), when it is f32 and every batch shares it (or there is no
-    batch): the helper may keep that input packed
-    between calls (``csrc/gemm.c``, Packed weights) when the caller stamps it. ``inputs``
-    maps id() of the module's inputs to their positions."""
+    batch): the helper may keep that input packed between calls (``csrc/gemm.c``, Packed
+    weights) when the caller stamps it. ``inputs`` maps id() of the module's inputs to
+    their positions."""
     lhs, rhs = op.operands
     layout = gemm_layout(op)
     # a [K, N] weight (transformers' Conv1D) is left to plain sgemm: packed, the GEMMs of
