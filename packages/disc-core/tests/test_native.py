@@ -1387,6 +1387,53 @@ def test_native_f32_erf_is_accurate_over_its_whole_range(compiler) -> None:
     np.testing.assert_array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))
 
 
+def _erf_graph(uses: str):
+    """erf(x) read as ``erf + 1`` (``plus_one``), also as a second output (``escapes``), or
+    added to another input (``other``)."""
+    b = GraphBuilder(f"erf_{uses}")
+    x = b.input("x", "f32", ["N"])
+    e = b.erf(x)
+    one = b.broadcast_in_dim(b.constant(1.0), shape=["N"], broadcast_dimensions=[])
+    if uses == "plus_one":
+        return b.build(b.add(one, e))
+    if uses == "escapes":
+        return b.build(b.add(e, one), e)
+    return b.build(b.add(e, b.input("y", "f32", ["N"])))
+
+
+def test_erf_read_only_plus_one_uses_the_absolute_accuracy_form(compiler) -> None:
+    """``1 + erf(x)`` (the normal CDF in an exact GELU and its gradient) computes erf with
+    disc_erff_abs: absolute error <= 4e-7 (3.9e-7 measured over every float) where the
+    sum rounds at the scale of 1 anyway; odd, NaN passes, +-1 at the infinities. An erf
+    whose value leaves the kernel, or is added to anything else, keeps the 1.1-ulp form
+    (test_native_f32_erf_is_accurate_over_its_whole_range)."""
+    def source(g):
+        g = g.clone()
+        default_pipeline().run(g)
+        return build_native(g).files["native/module.c"].decode().replace(PRELUDE, "")
+
+    assert "disc_erff_abs(" in source(_erf_graph("plus_one"))
+    for uses in ("escapes", "other"):
+        src = source(_erf_graph(uses))
+        assert "disc_erff_abs(" not in src and "disc_erff(" in src, uses
+    assert "disc_erff_abs(" in source(catalog.gelu_bias_residual())
+    sweep = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    near = np.linspace(-4.0, 4.0, 400_001)
+    x = np.concatenate([sweep, near, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, 3.92,
+                                      3.785128, -3.785128]]).astype(np.float32)
+    (got,) = check(compiler, _erf_graph("plus_one"), [x], rtol=0, atol=4e-7).run([x])
+    exact = np.array([1.0 + math.erf(v) if v == v else v
+                      for v in x.astype(np.float64).tolist()])
+    finite = ~np.isnan(x)
+    assert np.abs(got[finite] - exact[finite]).max() <= 4e-7 + 2.0**-23  # erf, then the sum
+    assert np.isnan(got[np.isnan(x)]).all()
+    np.testing.assert_array_equal(got[np.isinf(x)], 1.0 + np.sign(x[np.isinf(x)]))
+    small = finite & (np.abs(x) < 1) & (np.abs(x) > 1e-30)
+    # odd: 1 + erf(-x) == 2 - (1 + erf(x)) to the sum's rounding
+    (neg,) = compiler.compile(_erf_graph("plus_one")).run([-x[small]])
+    np.testing.assert_allclose(neg, 2.0 - got[small], rtol=0, atol=2.0**-23)
+
+
 def test_value_needed_by_two_kernels_is_written_once(compiler):
     """A mask read by two reductions used to be an extra output of both kernels: written
     twice, once into a reused buffer (cross-entropy came out wrong)."""

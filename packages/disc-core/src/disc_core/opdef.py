@@ -259,6 +259,10 @@ class KernelContext(Protocol):
     def literal(self, value: float | int | bool, dt: _DType) -> str:
         """A C literal of ``value`` as ``dt``."""
 
+    def uses(self, v: Value) -> list[tuple[Op, int]] | None:
+        """The ops of this kernel reading ``v`` and at which operand position; None when
+        ``v`` also leaves the kernel (an output), so readers elsewhere are unknown."""
+
 
 @dataclass(frozen=True)
 class LibraryCode:

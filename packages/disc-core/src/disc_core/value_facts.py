@@ -6,14 +6,23 @@ use a cheaper form when they hold.
 softmax, log-softmax and attention score row applies before its exp: an exp whose argument
 is at most zero cannot overflow, so the native engine drops its upper clamp (about 10% of
 an f32 exp's vector instructions on AMD Zen 1).
+
+``only_plus_one(uses)``: every reader of a value adds the constant 1 to it. An erf read
+only so (the normal CDF of an exact GELU and of its gradient) needs absolute accuracy
+only: the sum rounds at the scale of 1, so the native engine computes it with a cheaper
+approximation (prelude.h, ``disc_erff_abs``).
+
+``splat(v)``: the single value of a constant whose elements are all equal.
 """
 
 from __future__ import annotations
 
-from .ir import Value
+import numpy as np
+
+from .ir import Op, Value
 from .symbolic import Expr
 
-__all__ = ["at_most_zero", "broadcast_max_of"]
+__all__ = ["at_most_zero", "broadcast_max_of", "only_plus_one", "splat"]
 
 
 def at_most_zero(v: Value) -> bool:
@@ -78,3 +87,35 @@ def _max_origin(m: Value, a: Value) -> tuple[list[int | None] | None, frozenset[
 
 def _is_one(e: Expr) -> bool:
     return bool(e.is_const and e.value == 1)
+
+
+def splat(v: Value) -> float | int | bool | None:
+    """The single value of a constant (or broadcast constant) whose elements are all equal."""
+    p = v.producer
+    if p is None:
+        return None
+    if p.name == "broadcast_in_dim":
+        return splat(p.operands[0])
+    if p.name != "constant":
+        return None
+    arr = p.attrs["value"].array
+    if arr.size == 0:
+        return None
+    first = arr.reshape(-1)[0]
+    if not np.all(arr == first):
+        return None
+    return first.item()
+
+
+def only_plus_one(uses: list[tuple[Op, int]] | None) -> bool:
+    """Does every reader in ``uses`` (op, operand position; None: unknown readers) add
+    the constant 1 to the value? False for no readers at all."""
+    if not uses:
+        return False
+    for op, j in uses:
+        if op.name != "add" or len(op.operands) != 2:
+            return False
+        other = splat(op.operands[1 - j])
+        if other is None or isinstance(other, bool) or other != 1:
+            return False
+    return True

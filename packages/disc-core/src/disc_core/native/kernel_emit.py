@@ -1147,3 +1147,8 @@ class _OpContext:
 
     def literal(self, value: float | int | bool, dt: DType) -> str:
         return literal(value, dt)
+
+    def uses(self, v: Value) -> list[tuple[Op, int]] | None:
+        if any(out is v for out in self.e.k.outputs):
+            return None
+        return [(op, j) for op in self.e.k.ops for j, w in enumerate(op.operands) if w is v]

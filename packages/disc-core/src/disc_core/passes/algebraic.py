@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..dtypes import DType
 from ..ir import Op, Value
 from ..opdef import Rewriter
 from ..symbolic import product
+from ..value_facts import splat
 
 
 @dataclass(frozen=True)
@@ -24,24 +23,6 @@ class Rule:
     applies: Callable[[Op], bool]
     rewrite: Callable[[Op, Rewriter], Value]
     why: str
-
-
-def splat(v: Value) -> float | int | bool | None:
-    """The single value of a constant (or broadcast constant) whose elements are all equal."""
-    p = v.producer
-    if p is None:
-        return None
-    if p.name == "broadcast_in_dim":
-        return splat(p.operands[0])
-    if p.name != "constant":
-        return None
-    arr = p.attrs["value"].array
-    if arr.size == 0:
-        return None
-    first = arr.reshape(-1)[0]
-    if not np.all(arr == first):
-        return None
-    return first.item()
 
 
 def _is(v: Value, x: float | bool) -> bool:
