@@ -1421,7 +1421,8 @@ def test_erf_read_only_plus_one_uses_the_absolute_accuracy_form(compiler) -> Non
     near = np.linspace(-4.0, 4.0, 400_001)
     x = np.concatenate([sweep, near, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, 3.92,
                                       3.785128, -3.785128]]).astype(np.float32)
-    (got,) = check(compiler, _erf_graph("plus_one"), [x], rtol=0, atol=4e-7).run([x])
+    # the interpreter's float32 result is itself rounded: half an ulp of the sum more
+    (got,) = check(compiler, _erf_graph("plus_one"), [x], rtol=0, atol=4e-7 + 2.0**-23).run([x])
     exact = np.array([1.0 + math.erf(v) if v == v else v
                       for v in x.astype(np.float64).tolist()])
     finite = ~np.isnan(x)

@@ -12,26 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, DType
 from ..ir import Op, TensorType, Value
-from ..opdef import (
-    DTYPE,
-    STR,
-    Attr,
-    Ctx,
-    Env,
-    Fusion,
-    InterpretError,
-    KernelContext,
-    OpDef,
-    Rewriter,
-)
+from ..opdef import DTYPE, STR, Attr, Ctx, Env, Fusion, InterpretError, OpDef, Rewriter
 from ..shape_facts import Eq, Fact
 from ..value_facts import at_most_zero, only_plus_one
+
+if TYPE_CHECKING:
+    from ..opdef import KernelContext
 
 LOGICAL_DTYPES = (DType.BOOL,) + INT_DTYPES
 
