@@ -17,6 +17,14 @@ over shapes. GB/s = bytes of the minimal algorithm (every input read once, every
 written once) / DISC time, on the largest shapes, against a stream copy (benchmarks/stream.c)
 measured in the same run with the same N threads.
 
+The traffic ceiling: each memory-bound case also times ``floor``, one torch elementwise op
+that moves the case's minimal bytes (reads its big inputs, writes an output of their size)
+and does next to no arithmetic, interleaved with the other contenders and not checked against
+eager. A fused kernel must move those bytes too, so eager / floor (median over the shapes
+whose inputs are at least 1 MB) is about the most any fusing compiler gains over eager on
+this machine, as ``library_only`` is for benchmarks/torch_models.py: a target above it is
+out of reach there. floor / DISC says how close DISC's kernel comes to that op.
+
 Results: a table on stdout and benchmarks/results/memory_bound.json
 (memory_bound.quick.json for --quick). Targets are printed next to each figure as PASS/MISS;
 a missed target does not fail the run, a wrong answer from any contender does (exit 1).
@@ -222,6 +230,16 @@ def t_layernorm_backward(x, dy, g):
                                                      [True, True, True])
 
 
+def f_read1_write1(x, *_):
+    """The floor of a case that reads one big input and writes one output of its size."""
+    return x * 0.5
+
+
+def f_read2_write1(x, y, *_):
+    """The floor of a case that reads two big inputs and writes one output of their size."""
+    return x + y
+
+
 # -- cases ------------------------------------------------------------------------------------
 
 SEQ = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 128, 200, 256, 333, 512, 640, 777, 1000, 1024,
@@ -253,6 +271,12 @@ class Case:
     rtol: float = 1e-4
     atol: float = 1e-5
     extra_eager: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    #: the case's minimal memory traffic with no arithmetic to speak of: a torch op reading
+    #: the inputs a fused kernel must read and writing an output of the size it must write
+    #: (the ``floor`` contender, not checked against eager). ``eager / floor`` is the most
+    #: any fusing compiler can gain over eager on this machine while moving those bytes,
+    #: as ``library_only`` is for the model benchmark.
+    traffic_floor: Callable[..., Any] | None = None
 
 
 def _randn(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
@@ -270,27 +294,31 @@ def make_cases(quick: bool) -> dict[str, Case]:
     cases = [
         Case("layernorm", "LayerNorm [4,S,768]", g_layernorm, t_layernorm, bsh,
              lambda s, r: [_randn(r, *s, scale=2) + 1, _randn(r, H), _randn(r, H)],
-             lambda s: (2 * math.prod(s) + 2 * H) * F32, 1.0, (1, 1, H), rtol=1e-4, atol=1e-4),
+             lambda s: (2 * math.prod(s) + 2 * H) * F32, 1.0, (1, 1, H), rtol=1e-4, atol=1e-4,
+             traffic_floor=f_read1_write1),
         Case("softmax", "softmax [4,S,768] (all dims symbolic)", g_softmax, t_softmax, bsh,
              lambda s, r: [_randn(r, *s, scale=4)],
-             lambda s: 2 * math.prod(s) * F32, 1.0, (1, 1, 1), rtol=1e-4, atol=1e-6),
+             lambda s: 2 * math.prod(s) * F32, 1.0, (1, 1, 1), rtol=1e-4, atol=1e-6,
+             traffic_floor=f_read1_write1),
         Case("gelu_bias_residual", "GELU(x+bias)+res [4,S,768]", g_gelu_bias_residual,
              t_gelu_bias_residual, bsh,
              lambda s, r: [_randn(r, *s, scale=2), _randn(r, *s), _randn(r, H)],
-             lambda s: (3 * math.prod(s) + H) * F32, 3.0, (1, 1, H), rtol=1e-4, atol=1e-5),
+             lambda s: (3 * math.prod(s) + H) * F32, 3.0, (1, 1, H), rtol=1e-4, atol=1e-5,
+             traffic_floor=f_read2_write1),
         Case("attention_scores", "masked scores softmax [2,4,S,S] + mask [2,S]",
              g_attention_scores, t_attention_scores, att,
              lambda s, r: [_randn(r, *s, scale=8), r.random((s[0], s[3])) < 0.8],
              lambda s: 2 * math.prod(s) * F32 + s[0] * s[3], 3.0, (1, 1, 1, 1),
-             rtol=1e-4, atol=1e-6),
+             rtol=1e-4, atol=1e-6, traffic_floor=f_read1_write1),
         Case("rmsnorm", "RMSNorm [R,768]", g_rmsnorm, t_rmsnorm, rows,
              lambda s, r: [_randn(r, *s, scale=2), _randn(r, H)],
              lambda s: (2 * math.prod(s) + H) * F32, 3.0, (1, H), rtol=1e-4, atol=1e-5,
-             extra_eager={"eager_F.rms_norm": t_rmsnorm_fused}),
+             extra_eager={"eager_F.rms_norm": t_rmsnorm_fused}, traffic_floor=f_read1_write1),
         Case("layernorm_backward", "LayerNorm backward [N,768] -> dx, dgamma, dbeta",
              g_layernorm_backward, t_layernorm_backward, rows,
              lambda s, r: [_randn(r, *s, scale=2) + 1, _randn(r, *s), _randn(r, H)],
-             lambda s: (3 * math.prod(s) + 3 * H) * F32, 1.0, (1, H), rtol=1e-3, atol=1e-3),
+             lambda s: (3 * math.prod(s) + 3 * H) * F32, 1.0, (1, H), rtol=1e-3, atol=1e-3,
+             traffic_floor=f_read2_write1),
         Case("conv_bias_relu", f"relu(conv3x3 + bias) [4,32,S,S] ({conv_engine()})",
              g_conv_bias_relu, t_conv_bias_relu,
              [(4, CONV_FEATURES, s, s) for s in pick(CONV_HW)],
@@ -460,6 +488,7 @@ class Contender:
     fn_for: Callable[[list[np.ndarray], list[torch.Tensor]], Callable[[], Any]]
     subset: set[int] | None = None  # shape indices it runs on (None: all)
     max_rounds: int | None = None
+    checked: bool = True  # its result is compared with eager's (not the traffic floor's)
 
 
 def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]]
@@ -502,6 +531,9 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
         ]
         for extra, fn in case.extra_eager.items():
             contenders.append(Contender(extra, lambda a, t, fn=fn: (lambda: fn(*t))))
+        if case.traffic_floor is not None:
+            contenders.append(Contender("floor", lambda a, t: (lambda: case.traffic_floor(*t)),
+                                        checked=False))
         inductor = None
         if not args.no_inductor:
             inductor = InductorCounter()
@@ -533,7 +565,7 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
                 # warm-up call 1 (compilations, if any, happen here)
                 got = to_numpy_outputs(first(arrays) if first else fn())
                 warm_s[c.name] += time.perf_counter() - t0
-                problem = compare(got, want, case.rtol, case.atol)
+                problem = compare(got, want, case.rtol, case.atol) if c.checked else None
                 if problem:
                     failures.append({"case": case.name, "contender": c.name,
                                      "shape": list(shape), "problem": problem})
@@ -607,6 +639,11 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
         return statistics.median(vals) if vals else None
 
     peers = {p: summary(p) for p in ["eager", *case.extra_eager, "inductor", "interpreter"]}
+    # eager against the same-traffic floor, per shape: the ceiling of any fusion's gain
+    ceilings = [r["seconds"]["eager"] / r["seconds"]["floor"] for r in per_shape
+                if "floor" in r["seconds"] and "eager" in r["seconds"]
+                and r["input_bytes"] >= TARGET_MIN_INPUT]
+    floor_vs_disc = ratios("floor", min_input=TARGET_MIN_INPUT)
     return {
         "case": case.name,
         "title": case.title,
@@ -624,6 +661,10 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
         "speedup_vs_inductor_inputs_1mb": (peers["inductor"]["median_inputs_1mb"]
                                            if peers.get("inductor") else None),
         "speedup_detail": peers,
+        "traffic_ceiling_vs_eager_inputs_1mb": (statistics.median(ceilings) if ceilings
+                                                else None),
+        "floor_speed_vs_disc_inputs_1mb": (statistics.median(floor_vs_disc) if floor_vs_disc
+                                           else None),
         "gbps": gbps("disc"),
         "gbps_shapes": [r["shape"] for r in top],
         "gbps_peers": {p: gbps(p) for p in peers},
@@ -767,6 +808,15 @@ def print_report(results: list[dict[str, Any]], machine: dict[str, Any],
                 print(f"{r['case']}: vs {p} {d['median']:.2f}x (median over {d['shapes']} "
                       f"shapes); eager = the composite as models write it")
 
+    floors = [r for r in results if r.get("traffic_ceiling_vs_eager_inputs_1mb")]
+    if floors:
+        print("traffic ceiling (inputs >= 1 MB): eager / floor, where floor is one torch "
+              "elementwise op moving the case's minimal bytes (its big inputs read, an output "
+              "of their size written): the most a fused kernel can gain over eager here. "
+              "floor / DISC below 1: DISC slower than that op.")
+        for r in floors:
+            print(f"  {r['case']:<20} ceiling {r['traffic_ceiling_vs_eager_inputs_1mb']:.2f}x"
+                  f"   floor / DISC {fmt(r['floor_speed_vs_disc_inputs_1mb'], '.2f')}")
     ws = [r["largest_working_set_mib"] for r in results if r["largest_working_set_mib"]]
     if ws:
         st = machine["stream"]
