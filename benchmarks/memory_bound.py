@@ -611,9 +611,10 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
-    def ratios(peer: str, key: str = "seconds", min_input: int = 0) -> list[float]:
-        return [r[key][peer] / r[key]["disc"] for r in per_shape
-                if peer in r[key] and "disc" in r[key] and r["input_bytes"] >= min_input]
+    def ratios(peer: str, key: str = "seconds", min_input: int = 0,
+               over: str = "disc") -> list[float]:
+        return [r[key][peer] / r[key][over] for r in per_shape
+                if peer in r[key] and over in r[key] and r["input_bytes"] >= min_input]
 
     def summary(peer: str) -> dict[str, Any] | None:
         rs = ratios(peer)
@@ -640,9 +641,7 @@ def run_case(case: Case, args: argparse.Namespace, failures: list[dict[str, Any]
 
     peers = {p: summary(p) for p in ["eager", *case.extra_eager, "inductor", "interpreter"]}
     # eager against the same-traffic floor, per shape: the ceiling of any fusion's gain
-    ceilings = [r["seconds"]["eager"] / r["seconds"]["floor"] for r in per_shape
-                if "floor" in r["seconds"] and "eager" in r["seconds"]
-                and r["input_bytes"] >= TARGET_MIN_INPUT]
+    ceilings = ratios("eager", min_input=TARGET_MIN_INPUT, over="floor")
     floor_vs_disc = ratios("floor", min_input=TARGET_MIN_INPUT)
     return {
         "case": case.name,

@@ -375,7 +375,7 @@ def run_case(model_name: str, mode: str, quick: bool, inductor: bool) -> dict[st
         "same_library_ceiling_vs_inductor": (round(
             harness.median_ratio(medians, "inductor", "library_only"), 3) if inductor else None),
         # DISC's step over the library calls alone: what DISC still spends beside them
-        # (its attention, fused kernels, the framework's per-step work) as a fraction
+        # (its attention, fused kernels, the framework's per-step work), as a factor
         "disc_over_library_only": round(
             harness.median_ratio(medians, "disc", "library_only"), 3),
         "total_speedup_vs_inductor": (round(firsts["inductor"] / firsts["disc"], 3)
