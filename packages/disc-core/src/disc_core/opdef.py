@@ -353,6 +353,16 @@ class OpDef:
     arg_compare: ClassVar[str | None] = None
 
     @classmethod
+    def c_row_sum(cls, op: Op, buf: str, n: str) -> str | None:
+        """A C call that turns the row buffer ``buf`` of ``n`` elements, holding this
+        elementwise op's operand 0, into its results in place and returns their sum; None
+        when there is none. A row kernel summing this op's results over long rows then
+        stores the operand and calls it, instead of computing the op in its loop: a
+        prelude helper written as vector code where the C compiler's vectorizer would
+        give slower code (f32 exp: one vscalefps for its 2^k)."""
+        return None
+
+    @classmethod
     def fuses(cls, op: Op) -> bool:
         """Can ``op`` be computed inside a fused kernel?"""
         return cls.fusion in Fusion.IN_KERNEL

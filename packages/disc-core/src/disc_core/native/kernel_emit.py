@@ -723,15 +723,19 @@ class KernelEmitter:
         rest = [red for red in reds if red not in helped]
         fill = [red for red in helped
                 if self.contiguous_row(red) is None and id(red.operands[0]) not in self.cached]
+        row_sums = self.row_sum_calls(reds, fill)
         out = self.simd_reductions(rest, done, names, fill=fill,
-                                   ways=self.reduction_ways(rest))
+                                   ways=self.reduction_ways(rest),
+                                   fill_from={id(red.operands[0]): op
+                                              for red, (op, _) in row_sums.items()})
         for red in helped:
             dt = red.results[0].dtype
             kind = red.opdef.reduction_kind(red)
             args = [self.contiguous_row(red) or self.rowbuf[id(red.operands[0])], "C"]
             if kind != "sum":
                 args.append(identity(kind, dt))
-            call = f"{self.row_helper(red)}({', '.join(args)})"
+            call = (row_sums[red][1] if red in row_sums
+                    else f"{self.row_helper(red)}({', '.join(args)})")
             if id(red) in names:
                 out.append(f"{names[id(red)]} = {call};")
             else:
@@ -740,11 +744,35 @@ class KernelEmitter:
                 out.append(f"const {ctype(dt)} {names[id(red)]} = {call};")
         return out
 
+    def row_sum_calls(self, reds: list[Op], fill: list[Op]) -> dict[Op, tuple[Op, str]]:
+        """The sums among ``fill`` whose operand's op has a row-sum helper
+        (``OpDef.c_row_sum``: softmax's exp), each with that op and the helper's call.
+        Their loop stores the op's operand in the row buffer instead of its result, and
+        the call turns the buffer into the results and sums them. Not where another
+        reduction of this phase reads the same operand (it would see the buffer before
+        the call), nor for a row-level value."""
+        members = {id(op) for op in self.k.ops}
+        out: dict[Op, tuple[Op, str]] = {}
+        for red in fill:
+            v = red.operands[0]
+            p = v.producer
+            if (red.opdef.reduction_kind(red) != "sum" or (red, 0) in self.k.reads
+                    or p is None or id(p) not in members or not self._inner(v)
+                    or p.results[0].dtype != red.results[0].dtype
+                    or sum(r.operands[0] is v for r in reds) > 1):
+                continue
+            call = p.opdef.c_row_sum(p, self.rowbuf[id(v)], "C")
+            if call is not None:
+                out[red] = (p, call)
+        return out
+
     def simd_reductions(self, reds: list[Op], done: set[int], names: dict[int, str],
-                        fill: list[Op] = (), ways: int = 1) -> list[str]:
+                        fill: list[Op] = (), ways: int = 1,
+                        fill_from: dict[int, Op] | None = None) -> list[str]:
         """One ``omp simd`` loop over the row reducing ``reds`` into accumulators (named
         in ``names``; declared here unless already), storing row-buffered operands, and
-        the operands of ``fill`` into their row buffers.
+        the operands of ``fill`` into their row buffers (for an operand in ``fill_from``,
+        the operand 0 of the op there instead: ``row_sum_calls``).
 
         With ``ways`` > 1 (sums only) the loop walks ``ways`` parts of the row at once,
         each a multiple of the vector width long and summed into an accumulator of its own
@@ -789,7 +817,7 @@ class KernelEmitter:
                 offset = f" + {w} * {part}" if w else ""
                 out.append(f"  {{ const int64_t c = c_{offset};")
                 out += ["    " + s for s in self._reduce_step(accs, parts[w], done, fill,
-                                                               set())]
+                                                               set(), fill_from)]
                 out.append("  }")
             out.append("}")
             start = f"{ways} * {part}"
@@ -797,7 +825,7 @@ class KernelEmitter:
         out.append(f"for (int64_t c = {start}; c < C; ++c) {{")
         stored: set[int] = set()
         out += ["  " + s for s in self._reduce_step(accs, [acc for *_, acc, _ in accs], done,
-                                                    fill, stored)]
+                                                    fill, stored, fill_from)]
         out.append("}")
         self.cached |= stored
         for _, kind, dt, acc, split_nan in accs:
@@ -821,11 +849,12 @@ class KernelEmitter:
         return " ".join(["#pragma omp simd", *pragmas])
 
     def _reduce_step(self, accs: list[tuple[Op, str, DType, str, bool]], names: list[str],
-                     done: set[int], fill: list[Op], stored: set[int]) -> list[str]:
+                     done: set[int], fill: list[Op], stored: set[int],
+                     fill_from: dict[int, Op] | None = None) -> list[str]:
         """Statements for one column ``c`` of a reduction loop: the operands of ``fill``
-        stored into their row buffers, then each reduction's operand computed, stored
-        when a later phase reads it, and combined into its accumulator in ``names``
-        (stores recorded in ``stored``)."""
+        stored into their row buffers (or what ``fill_from`` says), then each reduction's
+        operand computed, stored when a later phase reads it, and combined into its
+        accumulator in ``names`` (stores recorded in ``stored``)."""
         out: list[str] = []
         saved = dict(self.var)
         self.scope = set()
@@ -833,7 +862,9 @@ class KernelEmitter:
             operand = id(red.operands[0])
             if operand in stored:
                 continue
-            body, x = self.operand_cone(red, 0, done)
+            src = (fill_from or {}).get(operand)
+            body, x = (self.operand_cone(src, 0, done) if src is not None
+                       else self.operand_cone(red, 0, done))
             out += body
             out.append(f"{self.rowbuf[operand]}[c] = {x};")
             stored.add(operand)

@@ -177,8 +177,17 @@ def _erf_c_kernel(cls, op: Op, ctx: KernelContext) -> str | None:
     return cls.c_expr(op, [ctx.operand(0)])
 
 
+def _exp_c_row_sum(cls, op: Op, buf: str, n: str) -> str | None:
+    """f32: the prelude's in-place exp and sum of a row (vector code on AVX-512), with the
+    overflow clamp only where the argument may be positive."""
+    x = op.operands[0]
+    if x.dtype is not DType.F32:
+        return None
+    return f"disc_row_exp_sum_f32({buf}, {n}, {0 if at_most_zero(x) else 1})"
+
+
 _C_FORMS: dict[str, dict[str, Any]] = {
-    "exp": {"c_expr": classmethod(_exp_c_expr)},
+    "exp": {"c_expr": classmethod(_exp_c_expr), "c_row_sum": classmethod(_exp_c_row_sum)},
     "erf": {"c_kernel": classmethod(_erf_c_kernel)},
 }
 
