@@ -418,9 +418,16 @@ def fresh_first_pass(model_name: str, mode: str, contender: str,
     """The first pass of ``contender`` in a new process, as a user's job starts, rather
     than after the other contenders in this one; DISC's from ``cache_dir`` (default: an
     empty one). It counts from making the contender (``disc_torch.optimize`` loads the
-    traced-graph cache there) to the end of the pass; imports are not counted for anyone."""
+    traced-graph cache there) to the end of the pass; imports are not counted for anyone.
+
+    The children may write bytecode: an installed wheel has its modules' .pyc compiled
+    at install, as torch's are, while a checkout run from a shell that sets
+    PYTHONDONTWRITEBYTECODE (this project's does) would compile DISC's lazily imported
+    sources afresh in every new process (about 23 ms of a small CNN's warm-cache first
+    pass, measured). The cold child writes them; the warm-cache child reads them."""
     env = {**os.environ,
            "DISC_CACHE_DIR": cache_dir or tempfile.mkdtemp(prefix="disc-bench-fresh-")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = subprocess.run(
         [sys.executable, __file__, "--threads", str(THREADS), "--fresh-first-pass", model_name,
          mode, contender] + (["--quick"] if ARGS.quick else []),
