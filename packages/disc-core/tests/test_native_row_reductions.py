@@ -96,11 +96,12 @@ def test_softmax_and_layernorm_rows_take_the_helpers_or_split_loops() -> None:
                      r"reduction\(\+:acc\d+_2\) reduction\(\+:acc\d+_3\)", ln), ln
     sm = sources(catalog.softmax(3))
     assert "disc_row_max_f32((in0 + r*C), C, -INFINITY)" in sm
-    assert "disc_row_exp_sum_f32(rowbuf0, C, 0)" in sm and "_3 +=" not in sm
-    assert "disc_row_sum_f32(rowbuf" not in sm
+    # exp(x - max) from the input row, shifted by the row's max, into a row buffer
+    assert re.search(r"disc_row_exp_sum_f32\(rowbuf0, \(in0 \+ r\*C\), v\d+, C, 0\)", sm)
+    assert "disc_row_sum_f32(rowbuf" not in sm and "_3 +=" not in sm
     scores = sources(catalog.attention_scores())
     assert "disc_row_max_f32(rowbuf0, C, -INFINITY)" in scores and "_3 +=" not in scores
-    assert "disc_row_exp_sum_f32(rowbuf1, C, 0)" in scores
+    assert re.search(r"disc_row_exp_sum_f32\(rowbuf1, rowbuf0, v\d+, C, 0\)", scores)
     for text in (ln, sm):  # the input rows two ahead are prefetched, where the CPU gains
         assert ("if (DISC_ROW_PREFETCH && r + 2 < hi) disc_prefetch_row(in0 + (r + 2)*C, C);"
                 in text)
@@ -274,23 +275,29 @@ def test_row_prefetch_is_decided_per_cpu_kind(march, prefetch) -> None:
 
 def _exp_sum_library(tmp_path):
     """The prelude's ``disc_row_exp_sum_f32`` in a shared object of its own, built as
-    modules are (same compiler and flags), called through ctypes."""
+    modules are (same compiler and flags), called through ctypes: ``run(dst, src, shift,
+    upper)``."""
     import ctypes
 
     from disc_core.native.toolchain import find_toolchain
 
     src = PRELUDE + (
-        "\nfloat disc_test_exp_sum(float *p, int64_t n, int upper) {\n"
-        "  return upper ? disc_row_exp_sum_f32(p, n, 1) : disc_row_exp_sum_f32(p, n, 0); }\n")
+        "\nfloat disc_test_exp_sum(float *d, const float *s, float shift, int64_t n,\n"
+        "                         int upper) {\n"
+        "  return upper ? disc_row_exp_sum_f32(d, s, shift, n, 1)\n"
+        "               : disc_row_exp_sum_f32(d, s, shift, n, 0); }\n")
     tc = find_toolchain()
     tc.compile(src, tmp_path / "expsum.so")
     lib = ctypes.CDLL(str(tmp_path / "expsum.so"))
     lib.disc_test_exp_sum.restype = ctypes.c_float
-    lib.disc_test_exp_sum.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    lib.disc_test_exp_sum.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                                      ctypes.c_int64, ctypes.c_int]
 
-    def run(row: np.ndarray, upper: int) -> float:
-        assert row.dtype == np.float32 and row.flags.c_contiguous
-        return lib.disc_test_exp_sum(row.ctypes.data, row.size, upper)
+    def run(dst: np.ndarray, src: np.ndarray, shift: float, upper: int) -> float:
+        for a in (dst, src):
+            assert a.dtype == np.float32 and a.flags.c_contiguous and a.size == src.size
+        return lib.disc_test_exp_sum(dst.ctypes.data, src.ctypes.data, shift, src.size,
+                                     upper)
 
     return run
 
@@ -303,7 +310,9 @@ def test_exp_sum_helper_is_accurate_on_a_sweep_of_float_bit_patterns(compiler,
     every float), subnormal results within one unit of 2^-149, overflow, underflow and
     NaN exactly as double exp rounds them; bit for bit the elementwise exp op's results
     (identical over every float, measured). Without the overflow clamp (upper 0) on the
-    arguments at most zero. Each row's sum is its results' sum."""
+    arguments at most zero. Each row's sum is its results' sum. In place (as after a row
+    loop's fill) and into another row; and with a shift, exp(x - s) of the float
+    difference, as the elementwise ops compute it."""
     run = _exp_sum_library(tmp_path)
     b = GraphBuilder("exp")
     inline = compiler.compile(b.build(b.exp(b.input("x", "f32", ["N"]))))
@@ -316,7 +325,10 @@ def test_exp_sum_helper_is_accurate_on_a_sweep_of_float_bit_patterns(compiler,
         while start < got.size:  # rows of 1, 15, 16, 17, 31, 33, 1000, 1009 ... floats
             n = min((1, 15, 16, 17, 31, 33, 1000, 1009)[k % 8], got.size - start)
             row = got[start:start + n]
-            total = run(row, upper)
+            if k % 2:
+                total = run(row, row, 0.0, upper)
+            else:
+                total = run(row, row.copy(), 0.0, upper)
             with np.errstate(all="ignore"):
                 want = row.astype(np.float64).sum()
             if np.isnan(want):
@@ -340,29 +352,40 @@ def test_exp_sum_helper_is_accurate_on_a_sweep_of_float_bit_patterns(compiler,
         same = (got.view(np.uint32) == elementwise.view(np.uint32)) | (
             np.isnan(got) & np.isnan(elementwise))
         assert same.all(), xs[~same][:5]
+    src = np.random.default_rng(5).uniform(-120, 20, 1000).astype(np.float32)
+    for shift in (3.5, -2.0, 0.0):
+        dst = np.empty_like(src)
+        total = run(dst, src, shift, 1)
+        (want,) = inline.run([src - np.float32(shift)])
+        np.testing.assert_array_equal(dst, want)
+        assert total == pytest.approx(want.astype(np.float64).sum(), rel=1e-5)
 
 
-def exp_sums(both: bool = False):
+def exp_sums(form: str = "input"):
     """sum(exp(x)) over the last dim of [R, H] and exp(x) / sum (the exps read again after
-    the sum), or with ``both`` the sum and max of exp(x), which share one loop."""
-    b = GraphBuilder("exp_sums")
+    the sum); with ``form`` "computed" the same of exp(2x) (an argument computed in the
+    row loop); "both": the sum and max of exp(x), which share one loop."""
+    b = GraphBuilder(f"exp_sums_{form}")
     R, H = b.symbol("R"), b.symbol("H")
-    e = b.exp(b.input("x", "f32", [R, H]))
+    x = b.input("x", "f32", [R, H])
+    e = b.exp(b.mul(x, b.full(2.0, "f32", [R, H])) if form == "computed" else x)
     s = b.reduce(e, kind="sum", axes=[1])
-    if both:
+    if form == "both":
         return b.build(s, b.reduce(e, kind="max", axes=[1]))
     return b.build(s, b.div(e, b.broadcast_in_dim(s, shape=[R, H], broadcast_dimensions=[0])))
 
 
 def test_exp_sums_on_every_length_and_special_value(compiler) -> None:
-    """A sum of exps of arguments that may be positive (the clamped helper) and the exps
-    read again from the row buffer after it; a sum and a max of the same exps in one loop
-    keep computing the exp there (the helper would exponentiate the buffer after the max
-    read it). Every length around the vector widths, NaN and infinities, overflow."""
-    clamped = sources(exp_sums())
-    assert "disc_row_exp_sum_f32(rowbuf0, C, 1)" in clamped
-    assert "disc_row_exp_sum_f32(" not in sources(exp_sums(both=True)).replace(PRELUDE, "")
-    for g in (exp_sums(), exp_sums(both=True)):
+    """A sum of exps of arguments that may be positive (the clamped helper), from the
+    input row or in place from a row buffer the loop filled with the argument, and the
+    exps read again from the row buffer after it; a sum and a max of the same exps in one
+    loop keep computing the exp there (the helper would exponentiate the buffer after the
+    max read it). Every length around the vector widths, NaN and infinities, overflow."""
+    assert "disc_row_exp_sum_f32(rowbuf0, (in0 + r*C), 0.0f, C, 1)" in sources(exp_sums())
+    assert "disc_row_exp_sum_f32(rowbuf0, rowbuf0, 0.0f, C, 1)" in sources(
+        exp_sums("computed"))
+    assert "disc_row_exp_sum_f32(" not in sources(exp_sums("both")).replace(PRELUDE, "")
+    for g in (exp_sums(), exp_sums("computed"), exp_sums("both")):
         for n in LENGTHS:
             x = (RNG.standard_normal((5, n)) * 4).astype(np.float32)
             if n:

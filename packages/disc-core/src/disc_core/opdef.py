@@ -264,6 +264,35 @@ class KernelContext(Protocol):
         ``v`` also leaves the kernel (an output), so readers elsewhere are unknown."""
 
 
+class RowContext(Protocol):
+    """What ``OpDef.c_row_sum`` may ask of a row kernel about the row of the reduction
+    phase being emitted."""
+
+    def row(self, op: Op, i: int) -> str | None:
+        """Pointer to the current row of operand ``i`` of ``op`` (an op of the kernel) when
+        all of it is in memory before this phase: an input laid out as the kernel's rows,
+        or a value an earlier phase left in a row buffer; else None."""
+
+    def row_scalar(self, op: Op, i: int) -> str | None:
+        """C expression, valid before this phase's loops, of operand ``i`` of ``op`` when
+        it is one value per row computed in the kernel (a reduction's result, a broadcast
+        of one); else None."""
+
+    def producer(self, v: Value) -> Op | None:
+        """The op of this kernel computing ``v``; None when ``v`` comes from memory."""
+
+
+@dataclass(frozen=True)
+class RowSum:
+    """A row-sum helper call (``OpDef.c_row_sum``). ``call``: a C expression whose value is
+    the sum, after which the destination row holds the op's results. ``fills``: the row
+    loop must first store the op's operand 0 into the destination row (the call then
+    works in place); otherwise the call reads what it needs from memory itself."""
+
+    call: str
+    fills: bool = False
+
+
 @dataclass(frozen=True)
 class LibraryCode:
     """A ``Fusion.LIBRARY`` op's own step (``OpDef.library_call``): the host's C lines
@@ -353,13 +382,13 @@ class OpDef:
     arg_compare: ClassVar[str | None] = None
 
     @classmethod
-    def c_row_sum(cls, op: Op, buf: str, n: str) -> str | None:
-        """A C call that turns the row buffer ``buf`` of ``n`` elements, holding this
-        elementwise op's operand 0, into its results in place and returns their sum; None
-        when there is none. A row kernel summing this op's results over long rows then
-        stores the operand and calls it, instead of computing the op in its loop: a
-        prelude helper written as vector code where the C compiler's vectorizer would
-        give slower code (f32 exp: one vscalefps for its 2^k)."""
+    def c_row_sum(cls, op: Op, dst: str, n: str, ctx: RowContext) -> RowSum | None:
+        """A helper that computes this elementwise op's results over a row of ``n``
+        elements into the row buffer ``dst`` and returns their sum; None when there is
+        none. A row kernel summing this op's results over long rows calls it instead of
+        computing the op in its loop: a prelude helper written as vector code where the
+        C compiler's vectorizer gives slower code (f32 exp: one vscalefps for its 2^k),
+        which may read its operand's row where it already is in memory (``ctx``)."""
         return None
 
     @classmethod

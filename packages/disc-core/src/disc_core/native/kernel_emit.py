@@ -12,6 +12,7 @@ import re
 
 from ..dtypes import DType
 from ..ir import Op, Value
+from ..opdef import RowSum
 from ..symbolic import Expr, product
 from .ccommon import (
     Constants,
@@ -723,18 +724,23 @@ class KernelEmitter:
         rest = [red for red in reds if red not in helped]
         fill = [red for red in helped
                 if self.contiguous_row(red) is None and id(red.operands[0]) not in self.cached]
-        row_sums = self.row_sum_calls(reds, fill)
-        out = self.simd_reductions(rest, done, names, fill=fill,
-                                   ways=self.reduction_ways(rest),
-                                   fill_from={id(red.operands[0]): op
-                                              for red, (op, _) in row_sums.items()})
+        row_sums, out = self.row_sum_calls(reds, fill, done)
+        # a row-sum helper reading its operand from memory needs no loop to fill its row
+        fill = [red for red in fill if red not in row_sums or row_sums[red][1].fills]
+        out += self.simd_reductions(rest, done, names, fill=fill,
+                                    ways=self.reduction_ways(rest),
+                                    fill_from={id(red.operands[0]): op
+                                               for red, (op, _) in row_sums.items()})
+        for red in row_sums:  # the helper's row is there for later phases, as a fill's
+            if id(red.operands[0]) not in self.helper_bufs:
+                self.cached.add(id(red.operands[0]))
         for red in helped:
             dt = red.results[0].dtype
             kind = red.opdef.reduction_kind(red)
             args = [self.contiguous_row(red) or self.rowbuf[id(red.operands[0])], "C"]
             if kind != "sum":
                 args.append(identity(kind, dt))
-            call = (row_sums[red][1] if red in row_sums
+            call = (row_sums[red][1].call if red in row_sums
                     else f"{self.row_helper(red)}({', '.join(args)})")
             if id(red) in names:
                 out.append(f"{names[id(red)]} = {call};")
@@ -744,15 +750,18 @@ class KernelEmitter:
                 out.append(f"const {ctype(dt)} {names[id(red)]} = {call};")
         return out
 
-    def row_sum_calls(self, reds: list[Op], fill: list[Op]) -> dict[Op, tuple[Op, str]]:
+    def row_sum_calls(self, reds: list[Op], fill: list[Op], done: set[int]
+                      ) -> tuple[dict[Op, tuple[Op, RowSum]], list[str]]:
         """The sums among ``fill`` whose operand's op has a row-sum helper
-        (``OpDef.c_row_sum``: softmax's exp), each with that op and the helper's call.
-        Their loop stores the op's operand in the row buffer instead of its result, and
-        the call turns the buffer into the results and sums them. Not where another
-        reduction of this phase reads the same operand (it would see the buffer before
-        the call), nor for a row-level value."""
+        (``OpDef.c_row_sum``: softmax's exp), each with that op and the helper's call, and
+        the row-level statements the calls need. The helper computes the op's results
+        into the operand's row buffer and sums them, from what the op reads where that is
+        in memory; else the phase's loop stores the op's own operand in the buffer for
+        it (``fill_from``). Not where another reduction of this phase reads the same
+        operand (it would read the buffer before the call), nor for a row-level value."""
         members = {id(op) for op in self.k.ops}
-        out: dict[Op, tuple[Op, str]] = {}
+        out: dict[Op, tuple[Op, RowSum]] = {}
+        lines: list[str] = []
         for red in fill:
             v = red.operands[0]
             p = v.producer
@@ -761,10 +770,12 @@ class KernelEmitter:
                     or p.results[0].dtype != red.results[0].dtype
                     or sum(r.operands[0] is v for r in reds) > 1):
                 continue
-            call = p.opdef.c_row_sum(p, self.rowbuf[id(v)], "C")
-            if call is not None:
-                out[red] = (p, call)
-        return out
+            ctx = _RowContext(self, done)
+            row_sum = p.opdef.c_row_sum(p, self.rowbuf[id(v)], "C", ctx)
+            if row_sum is not None:
+                out[red] = (p, row_sum)
+                lines += ctx.lines
+        return out, lines
 
     def simd_reductions(self, reds: list[Op], done: set[int], names: dict[int, str],
                         fill: list[Op] = (), ways: int = 1,
@@ -1151,6 +1162,42 @@ def transposed_innermost(k: Kernel) -> tuple[Value, tuple[int, ...]] | None:
     return v, tuple(m)
 
 
+
+
+class _RowContext:
+    """The :class:`~disc_core.opdef.RowContext` an op's ``c_row_sum`` sees: the emitter at
+    the start of a reduction phase, inside the row loop (``done``: the values computed so
+    far). Row-level values it hands out are computed by ``lines``, which the phase emits
+    before its loops."""
+
+    def __init__(self, emitter: KernelEmitter, done: set[int]):
+        self.e, self.done = emitter, done
+        self.lines: list[str] = []
+
+    def row(self, op: Op, i: int) -> str | None:
+        e = self.e
+        if (op, i) in e.k.reads:
+            if scalar_constant(op.operands[i]) is not None:
+                return None
+            m = re.fullmatch(r"(\w+)\[r\*C \+ c\]", e.read(op, i))
+            return f"({m.group(1)} + r*C)" if m else None
+        v = op.operands[i]
+        return e.rowbuf[id(v)] if id(v) in e.cached else None
+
+    def row_scalar(self, op: Op, i: int) -> str | None:
+        e = self.e
+        if not e._row_invariant(op, i):
+            return None
+        saved, scope = dict(e.var), e.scope
+        e.scope = set()
+        body, x = e.compute_cone(op.operands[i], self.done)
+        e.var, e.scope = saved, scope  # the lines below are the row's, not a loop's
+        self.lines += body
+        return x
+
+    def producer(self, v: Value) -> Op | None:
+        p = v.producer
+        return p if p is not None and any(p is op for op in self.e.k.ops) else None
 
 
 class _OpContext:

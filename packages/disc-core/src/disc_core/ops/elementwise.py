@@ -18,12 +18,23 @@ import numpy as np
 
 from ..dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, DType
 from ..ir import Op, TensorType, Value
-from ..opdef import DTYPE, STR, Attr, Ctx, Env, Fusion, InterpretError, OpDef, Rewriter
+from ..opdef import (
+    DTYPE,
+    STR,
+    Attr,
+    Ctx,
+    Env,
+    Fusion,
+    InterpretError,
+    OpDef,
+    Rewriter,
+    RowSum,
+)
 from ..shape_facts import Eq, Fact
 from ..value_facts import at_most_zero, only_plus_one
 
 if TYPE_CHECKING:
-    from ..opdef import KernelContext
+    from ..opdef import KernelContext, RowContext
 
 LOGICAL_DTYPES = (DType.BOOL,) + INT_DTYPES
 
@@ -177,13 +188,29 @@ def _erf_c_kernel(cls, op: Op, ctx: KernelContext) -> str | None:
     return cls.c_expr(op, [ctx.operand(0)])
 
 
-def _exp_c_row_sum(cls, op: Op, buf: str, n: str) -> str | None:
-    """f32: the prelude's in-place exp and sum of a row (vector code on AVX-512), with the
-    overflow clamp only where the argument may be positive."""
+def _exp_c_row_sum(cls, op: Op, dst: str, n: str, ctx: RowContext) -> RowSum | None:
+    """f32: the prelude's exp and sum of a row (vector code on AVX-512), with the overflow
+    clamp only where the argument may be positive. It reads the argument's row where it
+    is in memory, or ``a - s`` from a's row and a value s per row (softmax's x - max(x)),
+    with no loop of the kernel's own; otherwise the loop stores the argument in ``dst``
+    and the helper works in place."""
     x = op.operands[0]
     if x.dtype is not DType.F32:
         return None
-    return f"disc_row_exp_sum_f32({buf}, {n}, {0 if at_most_zero(x) else 1})"
+
+    def call(src: str, shift: str) -> str:
+        return f"disc_row_exp_sum_f32({dst}, {src}, {shift}, {n}, {0 if at_most_zero(x) else 1})"
+
+    src = ctx.row(op, 0)
+    if src is not None:
+        return RowSum(call(src, "0.0f"))
+    sub = ctx.producer(x)
+    if sub is not None and sub.name == "sub":
+        a = ctx.row(sub, 0)
+        s = ctx.row_scalar(sub, 1) if a is not None else None
+        if s is not None:
+            return RowSum(call(a, s))
+    return RowSum(call(dst, "0.0f"), fills=True)
 
 
 _C_FORMS: dict[str, dict[str, Any]] = {

@@ -280,10 +280,12 @@ DISC_ROW_EXTREMUM16(min, __builtin_ia32_minps512_mask, <)
 #define DISC_AVX512_BUILTINS 0
 #endif
 
-/* p[i] = exp(p[i]) over a row of n floats, in place, and the sum of the results: the sum
-   of a softmax-like row (softmax, log-softmax, cross-entropy, masked attention scores),
-   whose loop stores the exponent's argument into the row buffer (kernel_emit's
-   row_sum_calls). ``upper`` as for disc_expf_body (0 where the argument is at most zero).
+/* dst[i] = exp(src[i] - shift) over a row of n floats (dst may be src) and the sum of the
+   results: the sum of a softmax-like row (softmax, log-softmax, cross-entropy, masked
+   attention scores; kernel_emit's row_sum_calls), from the row whose maximum was shifted
+   out (an input row or a row buffer), or in place from a row buffer the row loop filled
+   with the exponent's argument (shift 0). ``upper`` as for disc_expf_body (0 where the
+   argument is at most zero). x - 0 is x for every float, NaN and -0 included.
 
    With AVX-512 (gcc) the exp is vector code: disc_expf_body's reduction and polynomial,
    with 2^k applied by one vscalefps, which rounds p * 2^k once, subnormal results
@@ -328,23 +330,25 @@ static inline __attribute__((always_inline)) disc_v16sf disc_vexpf16(disc_v16sf 
   return __builtin_ia32_scalefps512_mask(p, k, zero, live, 4);
 }
 #endif
-static inline float disc_row_exp_sum_f32(float *restrict p, int64_t n, const int upper) {
+static inline float disc_row_exp_sum_f32(float *dst, const float *src, float shift,
+                                         int64_t n, const int upper) {
 #if DISC_AVX512_BUILTINS
+  const disc_v16sf sv = disc_splat16(shift);
   disc_v16sf a0 = disc_splat16(0.0f), a1 = a0;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {  /* two independent exps per step */
     disc_v16sf x0, x1;
-    memcpy(&x0, p + i, 64); memcpy(&x1, p + i + 16, 64);
-    const disc_v16sf e0 = disc_vexpf16(x0, (uint16_t)-1, upper);
-    const disc_v16sf e1 = disc_vexpf16(x1, (uint16_t)-1, upper);
-    memcpy(p + i, &e0, 64); memcpy(p + i + 16, &e1, 64);
+    memcpy(&x0, src + i, 64); memcpy(&x1, src + i + 16, 64);
+    const disc_v16sf e0 = disc_vexpf16(x0 - sv, (uint16_t)-1, upper);
+    const disc_v16sf e1 = disc_vexpf16(x1 - sv, (uint16_t)-1, upper);
+    memcpy(dst + i, &e0, 64); memcpy(dst + i + 16, &e1, 64);
     a0 += e0; a1 += e1;
   }
   for (; i < n; i += 16) {  /* at most two more vectors, the last one masked */
     const uint16_t m = disc_tail16(n - i);
-    const disc_v16sf x = __builtin_ia32_loadups512_mask(p + i, disc_splat16(0.0f), m);
-    const disc_v16sf e = disc_vexpf16(x, m, upper);
-    __builtin_ia32_storeups512_mask(p + i, e, m);
+    const disc_v16sf x = __builtin_ia32_loadups512_mask(src + i, disc_splat16(0.0f), m);
+    const disc_v16sf e = disc_vexpf16(x - sv, m, upper);
+    __builtin_ia32_storeups512_mask(dst + i, e, m);
     a0 += e;
   }
   disc_vec_f32 total = (disc_vec_f32)(a0 + a1);
@@ -353,8 +357,8 @@ static inline float disc_row_exp_sum_f32(float *restrict p, int64_t n, const int
   float t = 0;
   #pragma omp simd reduction(+:t)
   for (int64_t i = 0; i < n; ++i) {
-    const float e = disc_expf_body(p[i], upper);
-    p[i] = e;
+    const float e = disc_expf_body(src[i] - shift, upper);
+    dst[i] = e;
     t += e;
   }
   return t;
