@@ -18,18 +18,7 @@ import numpy as np
 
 from ..dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, DType
 from ..ir import Op, TensorType, Value
-from ..opdef import (
-    DTYPE,
-    STR,
-    Attr,
-    Ctx,
-    Env,
-    Fusion,
-    InterpretError,
-    OpDef,
-    Rewriter,
-    RowSum,
-)
+from ..opdef import DTYPE, STR, Attr, Ctx, Env, Fusion, InterpretError, OpDef, Rewriter, RowSum
 from ..shape_facts import Eq, Fact
 from ..value_facts import at_most_zero, only_plus_one
 
