@@ -1128,6 +1128,12 @@ def test_fusion_count_is_kernels_doing_the_work_of_several_ops(compiler) -> None
     exe = check(compiler, g, [randn(3, 4)])
     native = exe.artifact.metadata["native"]
     assert launch_counts(native) == (1, 0) and fusion_count(native) == 0
+    # kept in the metadata at build time (a warm start reads it without the op registry);
+    # an artifact without it is counted from its kernels
+    assert native["fusions"] == 0
+    ln = compiler.compile(layernorm()).artifact.metadata["native"]
+    assert ln["fusions"] == 1
+    assert fusion_count({k: v for k, v in ln.items() if k != "fusions"}) == 1
 
 
 @pytest.mark.parametrize("lhs_batch, rhs_batch, lhs_contract, rhs_contract, lshape, rshape", [

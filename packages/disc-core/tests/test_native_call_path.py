@@ -128,12 +128,17 @@ def test_a_module_without_the_table_allocator_uses_callbacks(compiler):
 
 
 def test_the_call_path_runs_on_cffis_public_from_buffer(compiler, monkeypatch):
-    """The hot path takes cffi's backend ``from_buffer`` (a private attribute) when it is
-    there; on a cffi without it the public call must serve: same results, strided inputs
-    still copied by the slow path, empty inputs still run."""
-    from disc_runtime import native
+    """The hot path takes the precompiled declarations' ``from_buffer`` (C) or a
+    run-time-declared FFI's backend call; the public call of such an FFI (cffi's Python
+    wrapper) must serve as well: same results, strided inputs still copied by the slow
+    path, empty inputs still run."""
+    import cffi
 
-    monkeypatch.setattr(native, "_from_buffer", native._public_from_buffer)
+    from disc_runtime import abi, native
+
+    ffi = cffi.FFI()
+    ffi.cdef(abi.CDEF)
+    monkeypatch.setattr(native, "_from_buffer", ffi.from_buffer)
     graph = catalog.layernorm_backward(hidden=768)
     exe = compiler.compile(graph)
     rng = np.random.default_rng(3)

@@ -17,7 +17,8 @@ from disc_core import Compiler, GraphBuilder, interpret, jit
 from disc_core.native.lower import backend_lowering
 from disc_core.native.onednn_conv import onednn_conv_library
 from disc_runtime import CompileCache
-from disc_runtime.native import MODULE_FILE, module_load_path
+from disc_runtime.abi import MODULE_FILE
+from disc_runtime.native import module_load_path
 
 pytestmark = pytest.mark.skipif(onednn_conv_library() is None,
                                 reason="oneDNN not installed (disc-runtime[onednn])")

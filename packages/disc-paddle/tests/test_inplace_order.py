@@ -23,7 +23,7 @@ from disc_paddle import custom_op
 from disc_paddle.partition import analyze
 from disc_paddle.program import ProgramView, inplace_order
 from disc_paddle.rewrite import Launch, replace_clusters
-from disc_runtime.native import MODULE_FILE
+from disc_runtime.abi import MODULE_FILE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore:Tensor do not have 'place'")

@@ -13,7 +13,7 @@ import pytest
 
 from disc_core import Compiler, GraphBuilder
 from disc_paddle import custom_op
-from disc_runtime.native import ABI_VERSION, MODULE_FILE
+from disc_runtime.abi import ABI_VERSION, MODULE_FILE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -15,7 +15,7 @@ import pytest
 from disc_core import Compiler, GraphBuilder
 from disc_paddle import custom_op
 from disc_paddle.rewrite import Launch, replace_clusters
-from disc_runtime.native import MODULE_FILE
+from disc_runtime.abi import MODULE_FILE
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

@@ -136,7 +136,7 @@ def test_launch_ops_load_modules_by_file_identity():
     import tensorflow as tf
 
     import disc_tf
-    from disc_runtime.native import MODULE_FILE
+    from disc_runtime.abi import MODULE_FILE
 
     f = disc_tf.function(lambda x: tf.exp(x) * 2.0 + x, execution="custom_op")
     f(tf.ones([3, 2]))

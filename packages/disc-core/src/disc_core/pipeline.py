@@ -40,7 +40,7 @@ from typing import Any
 from disc_runtime import Artifact, Signature, TensorSpec, cache_key
 from disc_runtime import __version__ as runtime_version
 from disc_runtime import facts as runtime_facts
-from disc_runtime.native import ABI_VERSION as NATIVE_ABI_VERSION
+from disc_runtime.abi import ABI_VERSION as NATIVE_ABI_VERSION
 
 from . import engine
 from ._version import __version__

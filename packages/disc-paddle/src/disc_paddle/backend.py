@@ -36,7 +36,8 @@ from disc_core.bridge.attempts import compile_clusters, record_attempts, split_c
 from disc_core.bridge.compilers import CompilerRegistry
 from disc_core.bridge.launch import flush_cluster_calls
 from disc_core.report import ReasonCode, get_collector, graph_report
-from disc_runtime.native import MODULE_FILE, module_load_path
+from disc_runtime.abi import MODULE_FILE
+from disc_runtime.native import module_load_path
 
 from .config import DiscConfig
 from .custom_op import MAX_OUTPUTS

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from disc_core.bridge.launch import LaunchLibrary, build_lock, publish, write_build_headers
+from disc_runtime.abi import ABI_TYPES, ABI_VERSION
 from disc_runtime.cache import default_cache_dir
-from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
+from disc_runtime.native import launch_support_header
 
 __all__ = ["MAX_OUTPUTS", "CustomOpUnavailable", "OpLibrary", "build_count", "gemm_library",
            "library_dir", "load_library", "op_name", "paddle_blas_library", "use_gemm"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from disc_runtime.native import ABI_VERSION
+from disc_runtime.abi import ABI_VERSION
 
 from .custom_op import op_name
 from .program import inplace_order

@@ -25,90 +25,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import cffi
 import numpy as np
 
+from .abi import ABI_VERSION, MODULE_FILE, load_ffi
 from .arrays import as_numpy
 from .artifact import Artifact
 from .dtypes import numpy_dtype
 from .errors import DiscRuntimeError, EngineError, FastPathMiss, InputError
 from .options import RUNTIME_OPTIONS
 from .thread_counters import ThreadCounters
-
-ABI_VERSION = 6
-MODULE_FILE = "native/module.so"
-
-#: The C contract between a compiled module and this engine, in one place: disc-core's
-#: code generator pastes ABI_TYPES into every module and defines the ABI_ENTRY functions.
-ABI_TYPES = """
-typedef void *(*disc_alloc_fn)(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
-typedef struct {
-  disc_alloc_fn alloc;
-  void *alloc_ctx;
-  /* ILP64 Fortran-interface sgemm_ / dgemm_ (arguments by pointer, column-major), or NULL */
-  void *sgemm;
-  void *dgemm;
-  int64_t *counters;  /* optional: one slot per kernel version, see the artifact metadata */
-  /* optional: the BLAS's per-thread thread count (OpenBLAS openblas_set_num_threads_local,
-     MKL mkl_set_num_threads_local; returns the previous count). Modules run GEMMs on
-     their own OpenMP team with one BLAS thread each: a second thread pool spinning next
-     to OpenMP's halves throughput. */
-  int (*blas_threads_local)(int);
-  /* optional: a row-major f32 GEMM with oneDNN's dnnl_sgemm signature (arguments by
-     value: transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc; returns a
-     status). When set, modules call it for f32 GEMMs instead of sgemm. */
-  void *sgemm_rowmajor;
-  /* optional (NULL: off): per-step wall-time profile, 2 + steps int64 slots the module
-     adds to atomically: [0] profiled calls, [1] host nanoseconds (checks, allocation,
-     copies), [2 + i] nanoseconds of step i as the artifact's metadata lists them
-     (native.profile) */
-  int64_t *profile;
-  /* optional (NULL: none): per input, 0 or a stamp promising the input holds the same
-     values at every call passing the same stamp (a frozen weight). A GEMM reading such
-     an input as its weight keeps it packed in the BLAS's format between calls, when the
-     three functions below are set (MKL's ILP64 sgemm_pack_get_size_64_, sgemm_pack_64_,
-     sgemm_compute_64_; NULL elsewhere). */
-  const uint64_t *in_stamps;
-  void *sgemm_pack_get_size;
-  void *sgemm_pack;
-  void *sgemm_compute;
-} disc_env;
-"""
-ABI_ENTRY = """
-int64_t disc_abi_version(void);
-int64_t disc_run(void *const *in_data, const int64_t *in_shapes, int64_t n_in,
-                 const disc_env *env, char *err, int64_t errlen);
-"""
-
-#: An optional module export (modules built by disc-core export it; older ones do not):
-#: ``disc_table_alloc`` is an ``env->alloc`` that hands out output buffers the caller
-#: allocated before the call, when it knows their shapes from an earlier call with the same
-#: input dims. It checks every request against the shapes in the table; a request that
-#: differs (an output shape that depends on input values) sets ``missed`` and fails the
-#: call, which the caller then makes again with an allocating callback. Without it, each
-#: output is a Python callback from inside ``disc_run`` (about 1.3 us each).
-TABLE_ALLOC_TYPES = """
-typedef struct {
-  void **data;          /* output buffers, in output order */
-  const int64_t *dims;  /* per output: its rank, then its dims */
-  int64_t n;            /* number of outputs */
-  int64_t missed;       /* set when a request differs from the table */
-} disc_table;
-void *disc_table_alloc(void *ctx, int64_t index, int64_t rank, const int64_t *shape);
-"""
-TABLE_ALLOC_SOURCE = TABLE_ALLOC_TYPES.replace(
-    "void *disc_table_alloc(void *ctx, int64_t index, int64_t rank, const int64_t *shape);\n",
-    """void *disc_table_alloc(void *ctx, int64_t index, int64_t rank, const int64_t *shape) {
-  disc_table *t = (disc_table *)ctx;
-  if (index < 0 || index >= t->n) { t->missed = 1; return NULL; }
-  const int64_t *d = t->dims;
-  for (int64_t i = 0; i < index; ++i) d += 1 + d[0];
-  if (d[0] != rank) { t->missed = 1; return NULL; }
-  for (int64_t j = 0; j < rank; ++j)
-    if (d[1 + j] != shape[j]) { t->missed = 1; return NULL; }
-  return t->data[index];
-}
-""")
 
 
 def launch_support_header() -> str:
@@ -118,39 +43,22 @@ def launch_support_header() -> str:
     return (Path(__file__).parent / "csrc" / "disc_launch_support.h").read_text()
 
 
-#: An optional module export (modules built by disc-core export it; older ones do not):
-#: ``disc_output_dims`` writes every output's rank and dims for the given input shapes
-#: (checked as ``disc_run`` checks them) without running anything, so a caller can allocate
-#: the outputs of a call on dims it has not seen yet and make that call through
-#: ``disc_table_alloc`` too: a dynamic-shape stream, whose dims are often new, then never
-#: pays a Python callback per output. Returns nonzero, with the reason in ``err``, for
-#: inputs ``disc_run`` would reject.
-OUTPUT_DIMS_ENTRY = """
-int64_t disc_output_dims(const int64_t *in_shapes, int64_t n_in, int64_t *out_dims,
-                         int64_t cap, char *err, int64_t errlen);
-"""
-
 # cffi rather than ctypes: a call plus its output callback costs a few microseconds,
-# which is the per-call overhead budget for small tensors.
-_ffi = cffi.FFI()
-#: An optional module export (modules of ABI 6 export it): how many times the module's
-#: GEMMs packed a frozen weight (``disc_env.in_stamps``), for tests and reports.
-PACK_COUNT_ENTRY = """
-int64_t disc_pack_count(void);
-"""
-
-_ffi.cdef(ABI_TYPES + ABI_ENTRY + TABLE_ALLOC_TYPES + OUTPUT_DIMS_ENTRY + PACK_COUNT_ENTRY)
+# which is the per-call overhead budget for small tensors
+_ffi = load_ffi()
+#: every module this process opened, kept loaded for the process's life, as a run-time
+#: declared FFI keeps its libraries: the precompiled declarations' FFI would unload a
+#: module (dlclose) once its last Python reference went, while native state of it may
+#: outlive that (oneDNN primitives and their JIT code, packed weights, OpenMP's threads)
+_LOADED: list[Any] = []
 _NONNULL = _ffi.new("char[1]")  # storage address for zero-size outputs
 _now = time.perf_counter
 
 
-def _public_from_buffer(ctype: Any, obj: Any, require_writable: bool) -> Any:
-    return _ffi.from_buffer(ctype, obj, require_writable)
-
-
-# ffi.from_buffer's backend call without its Python wrapper: (char[] type, array,
-# writable), about 0.3 us less per pointer; the public call where a cffi lacks it
-_from_buffer = getattr(getattr(_ffi, "_backend", None), "from_buffer", _public_from_buffer)
+# ffi.from_buffer without a Python wrapper: (char[] type, array, writable). The
+# precompiled declarations' FFI is C already; a run-time-declared one (abi.load_ffi's
+# fallback) wraps its backend's call in Python, about 0.3 us more per pointer.
+_from_buffer = getattr(getattr(_ffi, "_backend", None), "from_buffer", None) or _ffi.from_buffer
 _BYTES = _ffi.typeof("char[]")
 _NDARRAY, _EMPTY = np.ndarray, np.empty  # module globals: one lookup less per call
 _U8 = np.dtype(np.uint8)
@@ -515,6 +423,7 @@ class NativeModule:
 
     def __init__(self, artifact: Artifact):
         self.lib = _ffi.dlopen(module_load_path(artifact.path(MODULE_FILE)))
+        _LOADED.append(self.lib)
         abi = self.lib.disc_abi_version()
         if abi != ABI_VERSION:
             raise EngineError(f"native module ABI {abi}, this disc-runtime speaks {ABI_VERSION}: "

@@ -26,8 +26,9 @@ from typing import Any
 import tensorflow as tf
 
 from disc_core.bridge.launch import LaunchLibrary, build_lock, publish, write_build_headers
+from disc_runtime.abi import ABI_TYPES, ABI_VERSION
 from disc_runtime.cache import default_cache_dir
-from disc_runtime.native import ABI_TYPES, ABI_VERSION, launch_support_header
+from disc_runtime.native import launch_support_header
 
 __all__ = ["CustomOpUnavailable", "OpLibrary", "build_count", "library_dir", "load_library"]
 

@@ -18,7 +18,8 @@ from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, n
 from tensorflow.python.eager import wrap_function
 from tensorflow.python.framework import graph_to_function_def
 
-from disc_runtime.native import ABI_VERSION, MODULE_FILE, module_load_path
+from disc_runtime.abi import ABI_VERSION, MODULE_FILE
+from disc_runtime.native import module_load_path
 
 from .gradients import mark_differentiable
 from .partition import LoweredCluster

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from disc_runtime.abi import ABI_TYPES
 from disc_runtime.cache import file_lock
-from disc_runtime.native import ABI_TYPES, blas_functions, launch_support_header
+from disc_runtime.native import blas_functions, launch_support_header
 from disc_runtime.options import RUNTIME_OPTIONS
 
 __all__ = ["LaunchLibrary", "build_lock", "flush_cluster_calls", "lock_path", "publish",

@@ -24,7 +24,7 @@ counter array):
 
 from __future__ import annotations
 
-from disc_runtime.native import ABI_TYPES
+from disc_runtime.abi import ABI_TYPES
 
 from ..ir import Graph
 from .ccommon import PAR_MIN, Constants, ModuleInfo, Symbols, c_source

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from disc_runtime.native import ABI_VERSION, TABLE_ALLOC_SOURCE
+from disc_runtime.abi import ABI_VERSION, TABLE_ALLOC_SOURCE
 
 from ..ir import Graph, Value
 from ..shape_facts import Eq, ProductEq

@@ -24,7 +24,7 @@
 // outputs on when all match; a mismatch fails the op like any failure, with an
 // "accuracy check: " record (the Python side reports accuracy_mismatch).
 //
-// disc_abi.h is generated at build time from disc_runtime.native.ABI_TYPES, the one
+// disc_abi.h is generated at build time from disc_runtime.abi.ABI_TYPES, the one
 // definition of the C contract between modules and their callers; disc_launch_support.h
 // (disc-runtime's, shared with the other bridges' launch ops) loads and calls modules and
 // keeps the failure and stats bookkeeping the Python side reads (disc_paddle_* entry points).

@@ -2,7 +2,7 @@
 // disc_launch_<N>): loading a DISC module, calling it with the process's BLAS, and the
 // process-wide bookkeeping the bridge reads from Python (failures, per-cluster stats, a
 // test hook). A launch op's source includes this header after "disc_abi.h" (generated
-// from disc_runtime.native.ABI_TYPES) and instantiates the C entry points under its own
+// from disc_runtime.abi.ABI_TYPES) and instantiates the C entry points under its own
 // prefix with DISC_LAUNCH_EXPORTS(prefix); disc_core.bridge.launch.LaunchLibrary wraps them.
 
 #pragma once

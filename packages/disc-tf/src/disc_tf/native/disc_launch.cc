@@ -15,7 +15,7 @@
 // output with the dtype's tolerance (check_rtol/check_atol); a mismatch hands the cluster
 // to the fallback for good, exactly like a failure, with an "accuracy check: " record.
 //
-// disc_abi.h is generated at build time from disc_runtime.native.ABI_TYPES, the one
+// disc_abi.h is generated at build time from disc_runtime.abi.ABI_TYPES, the one
 // definition of the C contract between modules and their callers; disc_launch_support.h
 // (disc-runtime's, shared with the other bridges' launch ops) loads and calls modules and
 // keeps the failure and stats bookkeeping the Python side reads (disc_tf_* entry points).
