@@ -548,12 +548,13 @@ class KernelEmitter:
             return None
         return f"disc_row_{kind}_{'f32' if t == 'float' else 'f64'}"
 
-    def contiguous_row(self, red: Op) -> str | None:
-        """Pointer to the start of the current row when ``red`` reads its operand straight
-        from an input laid out as the kernel's space (``in0[r*C + c]``), else None."""
-        if (red, 0) not in self.k.reads or scalar_constant(red.operands[0]) is not None:
+    def contiguous_row(self, op: Op, i: int = 0) -> str | None:
+        """Pointer to the start of the current row when ``op`` reads its operand ``i``
+        (a reduction's: 0) straight from an input laid out as the kernel's space
+        (``in0[r*C + c]``), else None."""
+        if (op, i) not in self.k.reads or scalar_constant(op.operands[i]) is not None:
             return None
-        m = re.fullmatch(r"(\w+)\[r\*C \+ c\]", self.read(red, 0))
+        m = re.fullmatch(r"(\w+)\[r\*C \+ c\]", self.read(op, i))
         return f"({m.group(1)} + r*C)" if m else None
 
     def row_walk(self) -> tuple[list[str], list[str]]:
@@ -1177,10 +1178,7 @@ class _RowContext:
     def row(self, op: Op, i: int) -> str | None:
         e = self.e
         if (op, i) in e.k.reads:
-            if scalar_constant(op.operands[i]) is not None:
-                return None
-            m = re.fullmatch(r"(\w+)\[r\*C \+ c\]", e.read(op, i))
-            return f"({m.group(1)} + r*C)" if m else None
+            return e.contiguous_row(op, i)
         v = op.operands[i]
         return e.rowbuf[id(v)] if id(v) in e.cached else None
 
