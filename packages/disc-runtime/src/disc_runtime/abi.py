@@ -123,13 +123,19 @@ _CDEF_HASH = hashlib.sha256(CDEF.encode()).hexdigest()[:16]
 FFI_MODULE = "disc_runtime._abi_ffi"
 
 
+def _declared() -> Any:
+    """A cffi FFI that declares ``CDEF`` now (pycparser)."""
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    return ffi
+
+
 def emit_ffi_module(path: Path) -> None:
     """Write cffi's out-of-line ABI-mode module for ``CDEF`` to ``path`` (``_abi_ffi.py``
     beside this file is that, committed), marked with the declarations' hash."""
-    import cffi
-
-    builder = cffi.FFI()
-    builder.cdef(CDEF)
+    builder = _declared()
     builder.set_source(FFI_MODULE, None)
     builder.emit_python_code(str(path))
     text = Path(path).read_text()
@@ -146,11 +152,7 @@ def load_ffi() -> Any:
         _abi_ffi = None
     if _abi_ffi is not None and getattr(_abi_ffi, "CDEF_HASH", None) == _CDEF_HASH:
         return _abi_ffi.ffi
-    import cffi
-
-    ffi = cffi.FFI()
-    ffi.cdef(CDEF)
-    return ffi
+    return _declared()
 
 
 if __name__ == "__main__":  # python -m disc_runtime.abi: regenerate _abi_ffi.py

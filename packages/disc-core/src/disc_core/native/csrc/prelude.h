@@ -33,28 +33,43 @@ typedef union { float f; int32_t i; } disc_f32_bits;
    disc_erff out of line in kernels with several versions (an exact GELU on a symbolic
    hidden size ran scalar in every version) */
 #define DISC_MATH static inline __attribute__((always_inline))
+/* exp's constants and its reduction and polynomial, written once for the scalar form
+   below and the vector one (disc_vexpf16), which must give the same bits: FMA and C are
+   the fused multiply-add and the constant of the element type (fmaf and the float itself,
+   or their 16-lane vector forms). From x (xc, clamped): k = rint(x / ln 2) by adding
+   1.5 * 2^23, whose ulp is 1 (the low bits of the sum are k); r = x - k ln 2 in two
+   steps (Cody-Waite; k * DISC_EXP_LN2_HI is exact); p = e^r. */
+#define DISC_EXP_ZERO_BELOW -103.972084045410156f  /* exp rounds to 0 below */
+#define DISC_EXP_CLAMP 88.8f                        /* above ln(FLT_MAX): overflows */
+#define DISC_EXP_SHIFTER 12582912.0f
+#define DISC_EXP_REDUCE(FMA, C, xc, s, k, r)                                              \
+  s = FMA(xc, C(1.44269504088896341f), C(DISC_EXP_SHIFTER));                             \
+  k = s - C(DISC_EXP_SHIFTER);                                                            \
+  r = FMA(k, C(-0.693359375f), xc);                                                       \
+  r = FMA(k, C(2.12194440e-4f), r)
+#define DISC_EXP_POLY(FMA, C, r, p)                                                       \
+  p = C(1.381459879e-3f);                                                                 \
+  p = FMA(p, r, C(8.368716575e-3f));                                                      \
+  p = FMA(p, r, C(4.166838899e-2f));                                                      \
+  p = FMA(p, r, C(1.666652113e-1f));                                                      \
+  p = FMA(p, r, C(4.999999404e-1f));                                                      \
+  p = FMA(r, FMA(r, p, C(1.0f)), C(1.0f))
+#define DISC_SCALAR(x) (x)
 /* exp(x); ``upper``, a constant the inlined call folds: clamp x above (0 only where x is
    known to be at most zero or NaN, see disc_expf_nonpos) */
 DISC_MATH float disc_expf_body(float x, const int upper) {
   /* lanes whose result is 0 compute exp(0) instead, so no subnormal arithmetic (a
      microcode assist per vector on x86) happens unless a result really is subnormal */
-  const int zero = x < -103.972084045410156f;
-  const float xm = upper && 88.8f < x ? 88.8f : x;  /* a NaN x stays NaN */
+  const int zero = x < DISC_EXP_ZERO_BELOW;
+  const float xm = upper && DISC_EXP_CLAMP < x ? DISC_EXP_CLAMP : x;  /* NaN stays NaN */
   const float xc = zero ? 0.0f : xm;
-  /* k = rint(xc / ln 2) by adding 1.5 * 2^23, whose ulp is 1: the low bits of s are k */
-  const disc_f32_bits s = { fmaf(xc, 1.44269504088896341f, 12582912.0f) };
-  const float k = s.f - 12582912.0f;
+  disc_f32_bits s;
+  float k, r, p;
+  DISC_EXP_REDUCE(fmaf, DISC_SCALAR, xc, s.f, k, r);
   /* the biased exponents of 2^k1 and 2^k2, k1 = floor(k / 2), k2 = k - k1, from the bits
      of s with one add: (k + 254) >> 1 = k1 + 127 and (k + 254) - (k1 + 127) = k2 + 127 */
   const int32_t kb = s.i - (0x4B400000 - 254), e1 = kb >> 1, e2 = kb - e1;
-  float r = fmaf(k, -0.693359375f, xc);
-  r = fmaf(k, 2.12194440e-4f, r);
-  float p = 1.381459879e-3f;
-  p = fmaf(p, r, 8.368716575e-3f);
-  p = fmaf(p, r, 4.166838899e-2f);
-  p = fmaf(p, r, 1.666652113e-1f);
-  p = fmaf(p, r, 4.999999404e-1f);
-  p = fmaf(r, fmaf(r, p, 1.0f), 1.0f);
+  DISC_EXP_POLY(fmaf, DISC_SCALAR, r, p);
   const disc_f32_bits s1 = { .i = e1 << 23 }, s2 = { .i = e2 << 23 };
   /* above ln(FLT_MAX) = 88.7228 (x clamped to 88.8: k = 128), p * 2^128 overflows to
      infinity by itself: the nearest float above ln(FLT_MAX) has a result 7.6e-6 above
@@ -310,22 +325,15 @@ static inline __attribute__((always_inline)) disc_v16sf disc_vexpf16(disc_v16sf 
      rows ran as fast as ordinary ones; subnormal results do cost an assist, as in
      disc_expf_body.) */
   const uint16_t live = lanes & (uint16_t)__builtin_ia32_cmpps512_mask(
-      x, disc_splat16(-103.972084045410156f), 0x15 /* not less than, unordered */,
+      x, disc_splat16(DISC_EXP_ZERO_BELOW), 0x15 /* not less than, unordered */,
       (uint16_t)-1, 4);
   disc_v16sf xc = x;
   /* min(88.8, x) keeps a NaN x (vminps returns its second operand then) */
-  if (upper) xc = __builtin_ia32_minps512_mask(disc_splat16(88.8f), xc, zero, (uint16_t)-1, 4);
-  const disc_v16sf magic = disc_splat16(12582912.0f);
-  const disc_v16sf k = disc_fma16(xc, disc_splat16(1.44269504088896341f), magic) - magic;
-  disc_v16sf r = disc_fma16(k, disc_splat16(-0.693359375f), xc);
-  r = disc_fma16(k, disc_splat16(2.12194440e-4f), r);
-  disc_v16sf p = disc_splat16(1.381459879e-3f);  /* disc_expf_body's polynomial */
-  p = disc_fma16(p, r, disc_splat16(8.368716575e-3f));
-  p = disc_fma16(p, r, disc_splat16(4.166838899e-2f));
-  p = disc_fma16(p, r, disc_splat16(1.666652113e-1f));
-  p = disc_fma16(p, r, disc_splat16(4.999999404e-1f));
-  const disc_v16sf one = disc_splat16(1.0f);
-  p = disc_fma16(r, disc_fma16(r, p, one), one);
+  if (upper)
+    xc = __builtin_ia32_minps512_mask(disc_splat16(DISC_EXP_CLAMP), xc, zero, (uint16_t)-1, 4);
+  disc_v16sf s, k, r, p;
+  DISC_EXP_REDUCE(disc_fma16, disc_splat16, xc, s, k, r);
+  DISC_EXP_POLY(disc_fma16, disc_splat16, r, p);
   /* p * 2^k, k integral: overflow to infinity above ln(FLT_MAX) as disc_expf_body says */
   return __builtin_ia32_scalefps512_mask(p, k, zero, live, 4);
 }
